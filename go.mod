@@ -1,0 +1,8 @@
+module github.com/omnisat/omnisat
+
+go 1.24
+
+require (
+	github.com/gorilla/websocket v1.5.3
+	gopkg.in/yaml.v3 v3.0.1
+)

@@ -1,0 +1,287 @@
+// Package realtime speaks the wire protocols of the model servers omnisat talks to: the MiniCPM-o
+// realtime gateway in its current and legacy dialects, and the Macaw OpenVoice STT/TTS server. All of
+// them sit behind one interface, Session, so the agent never sees JSON or WebSocket frames.
+//
+// The package knows nothing of devices, MQTT or the agent. See README.md in this folder for the
+// behaviour it implements where real servers differ from their documents.
+package realtime
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Dialect names the wire protocol a server speaks. Which one a server speaks is a deployment fact,
+// so it is a setting, never guessed.
+type Dialect string
+
+const (
+	// DialectCurrent is the MiniCPM-o protocol of the overview document: session.init, input.append,
+	// response.output.delta with a kind, response.done.
+	DialectCurrent Dialect = "current"
+	// DialectLegacy is the older MiniCPM-o gateway: session.update, input_audio_buffer.append,
+	// response.output_audio.delta, response.listen.
+	DialectLegacy Dialect = "legacy"
+	// DialectOpenVoice is the Macaw OpenVoice STT/TTS server: binary PCM16 up, transcripts and TTS down.
+	DialectOpenVoice Dialect = "openvoice"
+)
+
+// Mode is the public API mode in the URL (?mode=...).
+type Mode string
+
+const (
+	ModeVideo Mode = "video" // full duplex, audio plus camera frames; 300 s server limit
+	ModeAudio Mode = "audio" // full duplex, audio only; 600 s server limit
+	ModeChat  Mode = "chat"  // turn based (current dialect only)
+)
+
+// Sample rates fixed by the MiniCPM-o protocol.
+const (
+	InputSampleRate  = 16000 // what the server expects from the microphone
+	OutputSampleRate = 24000 // what the server's TTS produces
+	// MinChunkSamples is the smallest audio chunk servers accept (250 ms at 16 kHz).
+	MinChunkSamples = 4000
+)
+
+// Config says where to connect and how. Zero values take the defaults noted on each field.
+type Config struct {
+	// URL of the realtime endpoint, e.g. "wss://host/v1/realtime". A URL without a path gets
+	// "/v1/realtime". Query parameters already present are kept; mode (and model) are set from below.
+	URL     string
+	Dialect Dialect // default DialectCurrent
+	Mode    Mode    // default ModeVideo; ignored by OpenVoice
+	// Model is the OpenVoice STT model id (the required `model` query parameter).
+	Model string
+	// Token, when set, is sent as "Authorization: Bearer <token>". It is never logged.
+	Token string
+	// Header adds HTTP headers to the WebSocket handshake.
+	Header http.Header
+	// TLS configures wss:// connections; nil uses the system roots.
+	TLS *tls.Config
+
+	// Init is what the session is started with (instructions, voices, OpenVoice settings).
+	Init Init
+
+	// OnQueue, when set, is called from Dial's goroutine with every queue position report.
+	OnQueue func(QueueStatus)
+
+	// OpenVoiceTTSRate is the sample rate of OpenVoice's binary TTS audio (its document does not
+	// state it). Default 24000.
+	OpenVoiceTTSRate int
+
+	DialTimeout  time.Duration // TCP + TLS + WebSocket handshake; default 10 s
+	PingInterval time.Duration // client pings; default 5 s
+	// DeadLinkTimeout is how long the link may stay completely silent (no frame, no pong) before the
+	// session is declared dead. Default 15 s. Must be longer than PingInterval.
+	DeadLinkTimeout time.Duration
+	WriteTimeout    time.Duration // one frame's write; default 10 s
+	// MaxFrameBytes bounds one incoming frame; a larger frame ends the session. Default 16 MiB.
+	MaxFrameBytes int64
+	// SendQueue is how many outgoing messages may wait for the writer. Default 8.
+	SendQueue int
+	// EventBuffer is the capacity of the Events channel. Default 256. The consumer must keep reading:
+	// a full channel stalls the read loop.
+	EventBuffer int
+
+	Logger *slog.Logger // nil discards
+}
+
+// Init is the session set-up sent once after the queue.
+type Init struct {
+	// Instructions is the system prompt (legacy session.instructions, current payload.system_prompt).
+	Instructions string
+	// RefAudio and TTSRefAudio are reference voices: 16 kHz mono samples. They go on the wire as raw
+	// float32 little-endian PCM in base64, never as WAV (servers decode the bytes as samples).
+	RefAudio    []float32
+	TTSRefAudio []float32
+	// MaxSliceNums is the video slicing (1 fast, 4 detailed); 0 leaves the server default.
+	MaxSliceNums int
+	// Config holds extra duplex inference settings (current dialect payload.config), e.g.
+	// {"length_penalty": 1.1}. Nil sends none.
+	Config map[string]any
+
+	// OpenVoice session.configure fields; all empty sends no session.configure.
+	VADSensitivity string // high, normal or low
+	Language       string // ISO 639-1
+	HotWords       []string
+	TTSModel       string
+}
+
+// QueueStatus is one report from the server's queue.
+type QueueStatus struct {
+	Position      int           // 1-based; 0 when Done
+	EstimatedWait time.Duration // the server's estimate
+	Length        int           // clients waiting
+	Ticket        string        // opaque; only the first report carries it
+	Done          bool          // a worker has been assigned
+}
+
+// Chunk is one piece of full-duplex input.
+type Chunk struct {
+	// Audio is 16 kHz mono; at least MinChunkSamples for MiniCPM-o servers.
+	Audio []float32
+	// Frames are JPEG images (mode=video only).
+	Frames [][]byte
+	// ForceListen asks the model to stop talking and listen (barge-in).
+	ForceListen bool
+	// MaxSliceNums overrides the video slicing for this chunk (1..9); 0 omits it.
+	MaxSliceNums int
+}
+
+// Info describes a started session.
+type Info struct {
+	ID         string  // opaque server id
+	Dialect    Dialect // as configured
+	Mode       Mode    // as requested in the URL
+	ServerMode string  // the backend's runtime mode (current: full_duplex / turn_based), if said
+	Metrics    Metrics // from session.created, if any
+}
+
+// Session is one live conversation with a server. All methods are safe for concurrent use.
+type Session interface {
+	Info() Info
+	// Send queues one chunk of media. It blocks while the send queue is full, until ctx is done or
+	// the session ends; it never blocks forever.
+	Send(ctx context.Context, c Chunk) error
+	// Ask sends one chat-mode turn (mode=chat). Replies arrive as events ending with TurnDone.
+	Ask(ctx context.Context, r ChatRequest) error
+	// Speak asks an OpenVoice server to synthesise text (tts.speak); the audio arrives as AudioDelta.
+	Speak(ctx context.Context, text, voice string) error
+	// CancelSpeech stops OpenVoice synthesis (tts.cancel).
+	CancelSpeech(ctx context.Context) error
+	// Events delivers what the server says, in order. The last event is always Closed, after which
+	// the channel is closed.
+	Events() <-chan Event
+	// Close ends the session politely: session.close with reason, a bounded wait for session.closed,
+	// then the socket. It returns when the session is over; calling it again is harmless.
+	Close(ctx context.Context, reason string) error
+	// Done is closed when the session has ended; Err then says why (nil after a clean Close).
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Dial connects, waits through the server's queue (reporting to cfg.OnQueue), initialises the
+// session and returns it ready for input. ctx bounds only this set-up, not the session's life.
+func Dial(ctx context.Context, cfg Config) (Session, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, &Error{Class: ClassConfig, Code: CodeConfig, Message: err.Error()}
+	}
+	return dial(ctx, cfg)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Dialect == "" {
+		c.Dialect = DialectCurrent
+	}
+	if c.Mode == "" {
+		c.Mode = ModeVideo
+	}
+	if c.OpenVoiceTTSRate == 0 {
+		c.OpenVoiceTTSRate = 24000
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = 5 * time.Second
+	}
+	if c.DeadLinkTimeout == 0 {
+		c.DeadLinkTimeout = 15 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxFrameBytes == 0 {
+		c.MaxFrameBytes = 16 << 20
+	}
+	if c.SendQueue == 0 {
+		c.SendQueue = 8
+	}
+	if c.EventBuffer == 0 {
+		c.EventBuffer = 256
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports the first setting that cannot work, naming the field.
+func (c Config) Validate() error {
+	u, err := url.Parse(c.URL)
+	switch {
+	case c.URL == "":
+		return fmt.Errorf("url: empty; want ws://host:port/v1/realtime or wss://...")
+	case err != nil:
+		return fmt.Errorf("url: %q: %v", c.URL, err)
+	case u.Scheme != "ws" && u.Scheme != "wss":
+		return fmt.Errorf("url: %q: scheme %q is not ws or wss", c.URL, u.Scheme)
+	case u.Host == "":
+		return fmt.Errorf("url: %q: no host", c.URL)
+	}
+	switch c.Dialect {
+	case DialectCurrent, DialectLegacy, DialectOpenVoice:
+	default:
+		return fmt.Errorf("dialect: %q is not one of current, legacy, openvoice", c.Dialect)
+	}
+	switch c.Mode {
+	case ModeVideo, ModeAudio:
+	case ModeChat:
+		if c.Dialect == DialectLegacy {
+			return fmt.Errorf("mode: chat needs the current dialect (a legacy gateway treats it as audio)")
+		}
+	default:
+		return fmt.Errorf("mode: %q is not one of video, audio, chat", c.Mode)
+	}
+	if c.Dialect == DialectOpenVoice && c.Model == "" {
+		return fmt.Errorf("model: empty; an OpenVoice server requires its STT model id")
+	}
+	if c.Init.MaxSliceNums < 0 || c.Init.MaxSliceNums > 9 {
+		return fmt.Errorf("init.max_slice_nums: %d is outside 1..9", c.Init.MaxSliceNums)
+	}
+	switch c.Init.VADSensitivity {
+	case "", "high", "normal", "low":
+	default:
+		return fmt.Errorf("init.vad_sensitivity: %q is not one of high, normal, low", c.Init.VADSensitivity)
+	}
+	if c.DeadLinkTimeout <= c.PingInterval {
+		return fmt.Errorf("dead_link_timeout: %v must be longer than ping_interval %v", c.DeadLinkTimeout, c.PingInterval)
+	}
+	if c.OpenVoiceTTSRate < 8000 || c.OpenVoiceTTSRate > 192000 {
+		return fmt.Errorf("openvoice_tts_rate: %d Hz is outside 8000..192000", c.OpenVoiceTTSRate)
+	}
+	return nil
+}
+
+// endpoint builds the WebSocket URL with the mode (and model) query parameters.
+func (c Config) endpoint() string {
+	u, _ := url.Parse(c.URL) // validated
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/v1/realtime"
+	}
+	q := u.Query()
+	if c.Dialect == DialectOpenVoice {
+		q.Set("model", c.Model)
+	} else {
+		q.Set("mode", string(c.Mode))
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// redactedEndpoint is the endpoint safe for logs and errors (no user info).
+func (c Config) redactedEndpoint() string {
+	u, err := url.Parse(c.endpoint())
+	if err != nil {
+		return "<bad url>"
+	}
+	u.User = nil
+	return strings.TrimSpace(u.String())
+}

@@ -1,0 +1,587 @@
+package realtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// closeWait bounds how long Close waits for session.closed before dropping the link.
+const closeWait = 2 * time.Second
+
+// outMsg is one frame for the writer goroutine.
+type outMsg struct {
+	binary bool
+	data   []byte
+}
+
+// codec is one dialect: it turns session operations into frames and frames into events.
+type codec interface {
+	// queued reports whether the server runs a queue before init (MiniCPM-o) or greets at once.
+	queued() bool
+	initMsgs(Init) ([]outMsg, error)
+	chunk(Chunk, Init) (outMsg, error)
+	chat(ChatRequest) (outMsg, error)
+	speak(text, voice string) (outMsg, error)
+	cancelSpeech() (outMsg, error)
+	// closeMsg is the polite goodbye, if the dialect has one.
+	closeMsg(reason string) (outMsg, bool)
+	// decode turns one frame into events, internal ones included; it never fails the session:
+	// problems come back as ErrorEvent (or as a mismatch/closed signal for the session to act on).
+	decode(binary bool, data []byte, emit func(Event))
+}
+
+// Internal events, consumed by the session itself and never delivered to the caller.
+type (
+	queueSignal   struct{ status QueueStatus }
+	createdSignal struct{ info Info }
+	closedSignal  struct{ reason, diagnostic string }
+	// serverErrSignal is an `error` from the server that affects the session's fate.
+	serverErrSignal struct{ err *Error }
+	// fatalSignal ends the session with err (e.g. the other dialect answered).
+	fatalSignal struct{ err *Error }
+)
+
+func (queueSignal) event()     {}
+func (createdSignal) event()   {}
+func (closedSignal) event()    {}
+func (serverErrSignal) event() {}
+func (fatalSignal) event()     {}
+
+type session struct {
+	cfg   Config
+	codec codec
+	conn  *websocket.Conn
+	log   interface {
+		Debug(string, ...any)
+		Warn(string, ...any)
+	}
+
+	info   Info
+	ready  atomic.Bool // session.created seen: internal signals are no longer expected
+	events chan Event
+	sendQ  chan outMsg
+
+	done      chan struct{} // closed when the session has ended
+	endOnce   sync.Once
+	endErr    *Error // why it ended; nil for a clean close we asked for
+	endReason string
+	endDiag   string
+
+	closeCalled chan struct{} // closed when Close starts: the consumer may stop reading events
+	closeOnce   sync.Once
+	closeReason atomic.Value // string: the reason we sent in session.close
+
+	lastServerErr atomic.Pointer[Error] // the latest gateway error, to explain a following close
+	initSent      atomic.Bool
+
+	wg sync.WaitGroup
+}
+
+func dial(ctx context.Context, cfg Config) (Session, error) {
+	s := &session{
+		cfg:         cfg,
+		codec:       newCodec(cfg),
+		log:         cfg.Logger,
+		events:      make(chan Event, cfg.EventBuffer),
+		sendQ:       make(chan outMsg, cfg.SendQueue),
+		done:        make(chan struct{}),
+		closeCalled: make(chan struct{}),
+		info:        Info{Dialect: cfg.Dialect, Mode: cfg.Mode},
+	}
+	dialer := websocket.Dialer{
+		HandshakeTimeout:  cfg.DialTimeout,
+		TLSClientConfig:   cfg.TLS,
+		Proxy:             http.ProxyFromEnvironment,
+		EnableCompression: false,
+	}
+	header := http.Header{}
+	for k, v := range cfg.Header {
+		header[k] = append([]string(nil), v...)
+	}
+	if cfg.Token != "" {
+		header.Set("Authorization", "Bearer "+cfg.Token)
+	}
+	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	conn, resp, err := dialer.DialContext(dctx, cfg.endpoint(), header)
+	cancel()
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		return nil, handshakeError(cfg, resp, err)
+	}
+	s.conn = conn
+	conn.SetReadLimit(cfg.MaxFrameBytes)
+	s.extendDeadline()
+	conn.SetPongHandler(func(string) error { s.extendDeadline(); return nil })
+	conn.SetPingHandler(func(data string) error {
+		s.extendDeadline()
+		// A failed pong is not the reader's business: if the link is gone, the next read says
+		// so, with the server's close frame when there is one.
+		_ = conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(cfg.WriteTimeout))
+		return nil
+	})
+
+	s.wg.Add(2)
+	go s.readLoop()
+	go s.writeLoop()
+
+	if err := s.setup(ctx); err != nil {
+		s.closeOnce.Do(func() { close(s.closeCalled) }) // nobody will read the events now
+		s.end(err, "", "")
+		s.wg.Wait()
+		return nil, err
+	}
+	return s, nil
+}
+
+// handshakeError explains a failed connect: refused, unreachable, or an HTTP status instead of 101.
+func handshakeError(cfg Config, resp *http.Response, err error) *Error {
+	where := cfg.redactedEndpoint()
+	if resp != nil {
+		e := &Error{Class: ClassRetryable, Code: CodeHandshake, Err: err,
+			Message: fmt.Sprintf("connect %s: server answered HTTP %d instead of a WebSocket upgrade", where, resp.StatusCode)}
+		switch resp.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			e.Class = ClassConfig
+			e.Message += " (authentication refused: check the token)"
+		case http.StatusNotFound, http.StatusBadRequest, http.StatusMethodNotAllowed:
+			e.Class = ClassConfig
+			e.Message += " (wrong URL or parameters?)"
+		}
+		return e
+	}
+	return &Error{Class: ClassRetryable, Code: CodeDial, Err: err, Message: fmt.Sprintf("connect %s", where)}
+}
+
+// setup waits through the queue, sends init and waits for session.created (order per dialect).
+func (s *session) setup(ctx context.Context) *Error {
+	if !s.codec.queued() {
+		if err := s.awaitCreated(ctx); err != nil {
+			return err
+		}
+		return s.sendInit(ctx)
+	}
+	for {
+		ev, err := s.nextSetupEvent(ctx)
+		if err != nil {
+			return err
+		}
+		if q, ok := ev.(queueSignal); ok {
+			if s.cfg.OnQueue != nil {
+				s.cfg.OnQueue(q.status)
+			}
+			if q.status.Done {
+				break
+			}
+			continue
+		}
+		s.log.Debug("realtime: ignoring event before queue_done", "event", fmt.Sprintf("%T", ev))
+	}
+	if err := s.sendInit(ctx); err != nil {
+		return err
+	}
+	return s.awaitCreated(ctx)
+}
+
+func (s *session) sendInit(ctx context.Context) *Error {
+	msgs, err := s.codec.initMsgs(s.cfg.Init)
+	if err != nil {
+		return &Error{Class: ClassConfig, Code: CodeConfig, Message: "encode session init", Err: err}
+	}
+	for _, m := range msgs {
+		if err := s.enqueue(ctx, m); err != nil {
+			return asError(err, "send session init")
+		}
+	}
+	s.initSent.Store(true)
+	return nil
+}
+
+func (s *session) awaitCreated(ctx context.Context) *Error {
+	for {
+		ev, err := s.nextSetupEvent(ctx)
+		if err != nil {
+			return err
+		}
+		switch ev := ev.(type) {
+		case createdSignal:
+			s.info.ID = ev.info.ID
+			s.info.ServerMode = ev.info.ServerMode
+			s.info.Metrics = ev.info.Metrics
+			s.ready.Store(true)
+			return nil
+		case queueSignal:
+			// A late queue report is harmless.
+		default:
+			s.log.Debug("realtime: ignoring event before session.created", "event", fmt.Sprintf("%T", ev))
+		}
+	}
+}
+
+// nextSetupEvent reads the next event during set-up; the session's end becomes an error.
+func (s *session) nextSetupEvent(ctx context.Context) (Event, *Error) {
+	select {
+	case ev, ok := <-s.events:
+		if !ok {
+			return nil, s.setupEndError()
+		}
+		if c, isClosed := ev.(Closed); isClosed {
+			if c.Err != nil {
+				return nil, c.Err
+			}
+			return nil, s.setupEndError()
+		}
+		return ev, nil
+	case <-ctx.Done():
+		return nil, &Error{Class: ClassRetryable, Code: CodeDial, Err: ctx.Err(),
+			Message: fmt.Sprintf("set up session at %s: %v", s.cfg.redactedEndpoint(), ctx.Err())}
+	}
+}
+
+func (s *session) setupEndError() *Error {
+	<-s.done
+	if s.endErr != nil {
+		return s.endErr
+	}
+	return &Error{Class: ClassRetryable, Code: CodeSessionClosed, Reason: s.endReason,
+		Message: fmt.Sprintf("server closed the session during set-up (reason %q)", s.endReason)}
+}
+
+// readLoop is the only reader and the only sender on s.events. It keeps reading at all times so
+// that pings are answered, and emits Closed last.
+func (s *session) readLoop() {
+	defer s.wg.Done()
+	defer close(s.events)
+	for {
+		typ, data, err := s.conn.ReadMessage()
+		if err != nil {
+			s.end(s.readError(err), "", "")
+			break
+		}
+		s.extendDeadline()
+		if typ != websocket.TextMessage && typ != websocket.BinaryMessage {
+			continue
+		}
+		s.codec.decode(typ == websocket.BinaryMessage, data, s.handle)
+		if s.isDone() {
+			break
+		}
+	}
+	<-s.done
+	s.emit(Closed{Reason: s.endReason, Diagnostic: s.endDiag, Err: s.endErr}, true)
+}
+
+// handle routes one decoded event: internal signals act on the session, the rest go to the caller.
+func (s *session) handle(ev Event) {
+	switch ev := ev.(type) {
+	case closedSignal:
+		s.end(s.closedError(ev.reason, ev.diagnostic), ev.reason, ev.diagnostic)
+		return
+	case serverErrSignal:
+		s.lastServerErr.Store(ev.err)
+		if !s.ready.Load() && s.initSent.Load() && ev.err.Class == ClassProtocol {
+			s.end(s.mismatch(ev.err.Message), "", "")
+			return
+		}
+		s.emit(ErrorEvent{Err: ev.err}, false)
+		return
+	case fatalSignal:
+		s.end(ev.err, "", "")
+		return
+	case queueSignal, createdSignal:
+		if s.ready.Load() {
+			return // stray after set-up: nothing to do
+		}
+	case ErrorEvent:
+		s.log.Warn("realtime: bad frame from server", "err", ev.Err.Error())
+	}
+	s.emit(ev, false)
+}
+
+// emit delivers an event. Once Close has been called the consumer may have stopped reading, so
+// events that do not fit are dropped instead of stalling the read loop.
+func (s *session) emit(ev Event, last bool) {
+	select {
+	case s.events <- ev:
+		return
+	default:
+	}
+	select {
+	case s.events <- ev:
+	case <-s.closeCalled:
+		select {
+		case s.events <- ev:
+		default:
+			if last {
+				s.log.Debug("realtime: dropped final event, consumer gone")
+			}
+		}
+	}
+}
+
+func (s *session) writeLoop() {
+	defer s.wg.Done()
+	ticker := time.NewTicker(s.cfg.PingInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case m := <-s.sendQ:
+			typ := websocket.TextMessage
+			if m.binary {
+				typ = websocket.BinaryMessage
+			}
+			s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+			if err := s.conn.WriteMessage(typ, m.data); err != nil {
+				s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
+					Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}, "", "")
+				return
+			}
+		case <-ticker.C:
+			if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WriteTimeout)); err != nil {
+				s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
+					Message: fmt.Sprintf("ping %s", s.cfg.redactedEndpoint())}, "", "")
+				return
+			}
+		case <-s.done:
+			return
+		}
+	}
+}
+
+func (s *session) extendDeadline() {
+	s.conn.SetReadDeadline(time.Now().Add(s.cfg.DeadLinkTimeout))
+}
+
+// end records why the session ended (first call wins), says goodbye on the socket and closes it.
+func (s *session) end(err *Error, reason, diag string) {
+	s.endOnce.Do(func() {
+		s.endErr, s.endReason, s.endDiag = err, reason, diag
+		close(s.done)
+		code := websocket.CloseNormalClosure
+		if err != nil && err.Class != ClassEnded {
+			code = websocket.CloseGoingAway
+		}
+		_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""),
+			time.Now().Add(200*time.Millisecond))
+		s.conn.Close()
+		if err != nil {
+			s.log.Debug("realtime: session ended", "code", err.Code, "err", err.Error())
+		}
+	})
+}
+
+func (s *session) isDone() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// readError classifies why reading stopped.
+func (s *session) readError(err error) *Error {
+	where := s.cfg.redactedEndpoint()
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) && ce.Code == websocket.CloseAbnormalClosure {
+		// 1006 is never sent on the wire: the TCP connection ended without a close frame.
+		return &Error{Class: ClassRetryable, Code: CodeLinkLost, Err: err,
+			Message: fmt.Sprintf("connection to %s was cut (no close frame)", where)}
+	}
+	if errors.As(err, &ce) {
+		e := &Error{Class: classifyCloseCode(ce.Code), Code: CodeWSClose, CloseCode: ce.Code, Err: err,
+			Message: fmt.Sprintf("%s closed the connection with code %d: %s", where, ce.Code, closeCodeHint(ce.Code))}
+		if ce.Text != "" {
+			e.Message += fmt.Sprintf(" (%q)", ce.Text)
+		}
+		if se := s.lastServerErr.Load(); se != nil {
+			// A gateway error just before the close says more than the close code.
+			e.Code = se.Code
+			e.Err = nil
+			e.Message = fmt.Sprintf("%s refused the session with %s (%q) and closed the connection with code %d: %s",
+				where, se.Code, strings.TrimPrefix(se.Message, "server error "+se.Code+": "), ce.Code, closeCodeHint(ce.Code))
+			if ce.Code != websocket.ClosePolicyViolation {
+				e.Class = classifyServerCode(se.Code)
+				if e.Class == ClassProtocol {
+					e.Class = ClassRetryable
+				}
+			}
+		}
+		if ce.Code == websocket.CloseMessageTooBig && !s.ready.Load() {
+			e.Class = ClassConfig
+		}
+		if !s.ready.Load() && s.initSent.Load() && (ce.Code == websocket.CloseUnsupportedData) {
+			return s.mismatch(e.Message)
+		}
+		return e
+	}
+	if errors.Is(err, websocket.ErrReadLimit) {
+		return &Error{Class: ClassRetryable, Code: CodeFrameTooLarge, Err: err,
+			Message: fmt.Sprintf("%s sent a frame larger than the %d-byte limit (max_frame_bytes)", where, s.cfg.MaxFrameBytes)}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &Error{Class: ClassRetryable, Code: CodeDeadLink, Err: err,
+			Message: fmt.Sprintf("no data or pong from %s for %v: the link is dead", where, s.cfg.DeadLinkTimeout)}
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return &Error{Class: ClassRetryable, Code: CodeLinkLost, Err: err,
+			Message: fmt.Sprintf("connection to %s was cut", where)}
+	}
+	return &Error{Class: ClassRetryable, Code: CodeLinkLost, Err: err,
+		Message: fmt.Sprintf("read from %s", where)}
+}
+
+// closedError classifies a session.closed from the server; a close we asked for is clean (nil).
+func (s *session) closedError(reason, diag string) *Error {
+	select {
+	case <-s.closeCalled:
+		return nil
+	default:
+	}
+	if !s.ready.Load() && s.initSent.Load() && (reason == "backend_error" || reason == "error") {
+		msg := fmt.Sprintf("reason %q", reason)
+		if diag != "" {
+			msg += ": " + diag
+		}
+		return s.mismatch(msg)
+	}
+	e := &Error{Class: classifyCloseReason(reason), Code: CodeSessionClosed, Reason: reason,
+		Message: fmt.Sprintf("server closed the session: %s", reason)}
+	if diag != "" {
+		e.Message += " (" + diag + ")"
+	}
+	return e
+}
+
+// mismatch explains a refusal of our init, which in practice means the server speaks the other dialect.
+func (s *session) mismatch(detail string) *Error {
+	other := DialectLegacy
+	if s.cfg.Dialect == DialectLegacy {
+		other = DialectCurrent
+	}
+	return &Error{Class: ClassConfig, Code: CodeDialectMismatch,
+		Message: fmt.Sprintf("%s refused the %s-dialect session init (%s); if the server speaks the %s dialect, set dialect: %s",
+			s.cfg.redactedEndpoint(), s.cfg.Dialect, detail, other, other)}
+}
+
+// enqueue hands a frame to the writer, waiting while the queue is full.
+func (s *session) enqueue(ctx context.Context, m outMsg) error {
+	if s.isDone() {
+		return s.closedErr()
+	}
+	select {
+	case s.sendQ <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return s.closedErr()
+	}
+}
+
+func (s *session) closedErr() error {
+	if s.endErr != nil {
+		return fmt.Errorf("%w: %v", ErrClosed, s.endErr)
+	}
+	return ErrClosed
+}
+
+func asError(err error, doing string) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Class: ClassRetryable, Code: CodeWriteFailed, Message: doing, Err: err}
+}
+
+func (s *session) Info() Info            { return s.info }
+func (s *session) Events() <-chan Event  { return s.events }
+func (s *session) Done() <-chan struct{} { return s.done }
+
+func (s *session) Err() error {
+	select {
+	case <-s.done:
+	default:
+		return nil
+	}
+	if s.endErr == nil {
+		return nil
+	}
+	return s.endErr
+}
+
+func (s *session) Send(ctx context.Context, c Chunk) error {
+	if s.cfg.Mode == ModeChat && s.cfg.Dialect != DialectOpenVoice {
+		return fmt.Errorf("send audio: a mode=chat session takes Ask, not media chunks")
+	}
+	m, err := s.codec.chunk(c, s.cfg.Init)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(ctx, m)
+}
+
+func (s *session) Ask(ctx context.Context, r ChatRequest) error {
+	if s.cfg.Mode != ModeChat || s.cfg.Dialect != DialectCurrent {
+		return fmt.Errorf("ask: needs a mode=chat session of the current dialect (this is %s/%s)", s.cfg.Dialect, s.cfg.Mode)
+	}
+	m, err := s.codec.chat(r)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(ctx, m)
+}
+
+func (s *session) Speak(ctx context.Context, text, voice string) error {
+	m, err := s.codec.speak(text, voice)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(ctx, m)
+}
+
+func (s *session) CancelSpeech(ctx context.Context) error {
+	m, err := s.codec.cancelSpeech()
+	if err != nil {
+		return err
+	}
+	return s.enqueue(ctx, m)
+}
+
+func (s *session) Close(ctx context.Context, reason string) error {
+	s.closeOnce.Do(func() { close(s.closeCalled) })
+	if s.isDone() {
+		s.wg.Wait()
+		return nil
+	}
+	if reason == "" {
+		reason = "user_stop"
+	}
+	s.closeReason.Store(reason)
+	wait, cancel := context.WithTimeout(ctx, closeWait)
+	defer cancel()
+	if m, ok := s.codec.closeMsg(reason); ok {
+		if err := s.enqueue(wait, m); err == nil {
+			select {
+			case <-s.done:
+			case <-wait.Done():
+				s.log.Debug("realtime: no session.closed in time; dropping the link", "reason", reason)
+			}
+		}
+	}
+	s.end(nil, reason, "")
+	s.wg.Wait()
+	return nil
+}
