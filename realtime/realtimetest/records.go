@@ -1,0 +1,168 @@
+package realtimetest
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// SessionRecord is what the simulator saw and did on one WebSocket connection.
+// Server.Sessions returns deep copies, so a test may keep and change them freely.
+type SessionRecord struct {
+	Index      int     // position in Server.Sessions (0-based, connection order)
+	ID         string  // session id sent in session.created ("" if never reached)
+	Mode       string  // public mode: "video", "audio", "chat" (MiniCPM dialects) or "openvoice"
+	Dialect    Dialect // dialect the server spoke on this connection
+	Model      string  // OpenVoice: the model query parameter
+	RemoteAddr string
+
+	ConnectedAt time.Time // WebSocket upgrade accepted
+	AssignedAt  time.Time // worker assigned (session.queue_done sent); zero if never
+	CreatedAt   time.Time // session.created sent; zero if never
+	EndedAt     time.Time // connection torn down; zero while the session runs
+
+	QueuedPositions []int // positions announced: session.queued and every session.queue_update
+
+	Init         InitRecord     // what the client configured the session with
+	Appends      []AppendRecord // every accepted full-duplex input chunk (OpenVoice: every binary frame)
+	Audio        []float32      // every accepted input sample concatenated, 16 kHz mono
+	ChatRequests []ChatRecord   // every accepted chat-mode input.append
+
+	Received   []string // type of every client message in order ("binary" for binary frames)
+	Sent       []string // type of every server message in order ("binary" for binary frames)
+	Rejections []string // every protocol violation found, human-readable
+
+	CloseReason   string // reason the client gave in session.close, if any
+	EndReason     string // why the session ended (see README.md for the list)
+	KVCacheLength int    // simulated kv cache length at the end (or now)
+	// IgnoredAfterClose counts input that arrived within the in-flight grace after a legacy
+	// session.closed{context_full}: sent before the client could know, so ignored, not rejected.
+	IgnoredAfterClose int
+}
+
+// InitRecord holds the session configuration the client sent: session.init (current),
+// session.update (legacy) or session.configure (OpenVoice).
+type InitRecord struct {
+	At   time.Time // zero if the client never initialised the session
+	Type string    // "session.init", "session.update" or "session.configure"
+
+	Instructions       string         // system_prompt / instructions
+	RefAudioSamples    int            // LLM reference audio samples (float32, 16 kHz)
+	TTSRefAudioSamples int            // TTS reference audio samples (float32, 16 kHz)
+	MaxSliceNums       int            // 0 if not given
+	Config             map[string]any // current dialect payload.config as decoded JSON
+	ForceListenCount   int            // effective number of forced listen chunks for this session
+
+	// OpenVoice session.configure (last one wins; Configures counts them).
+	Configures     int
+	VADSensitivity string
+	Language       string
+	HotWords       []string
+	TTSModel       string
+}
+
+// AppendRecord describes one accepted input chunk.
+type AppendRecord struct {
+	At           time.Time
+	Samples      int  // audio samples in the chunk
+	ForceListen  bool // the client asked for listen on this chunk
+	MaxSliceNums int  // per-chunk max_slice_nums, 0 if not given
+	Frames       []FrameInfo
+}
+
+// FrameInfo describes one decoded image.
+type FrameInfo struct {
+	Width, Height int
+	Bytes         int // size of the encoded image
+	Quality       int // JPEG quality estimated from the quantisation tables; 0 if unknown or not JPEG
+	Format        string
+}
+
+// ChatRecord describes one accepted chat-mode input.append.
+type ChatRecord struct {
+	At             time.Time
+	Messages       []ChatMessage
+	Streaming      bool
+	TTS            bool
+	Generation     map[string]any
+	EnableThinking bool
+	MaxSliceNums   int    // input.image.max_slice_nums, 0 if not given
+	Reply          string // the text the simulator answered
+}
+
+// ChatMessage is one message of a chat request.
+type ChatMessage struct {
+	Role   string
+	Text   string      // text content; text parts joined with "\n"
+	Images []FrameInfo // decoded image parts
+}
+
+func (r *SessionRecord) clone() SessionRecord {
+	c := *r
+	c.QueuedPositions = slices.Clone(r.QueuedPositions)
+	c.Init = r.Init.clone()
+	if r.Appends != nil {
+		c.Appends = make([]AppendRecord, len(r.Appends))
+		for i, a := range r.Appends {
+			a.Frames = slices.Clone(a.Frames)
+			c.Appends[i] = a
+		}
+	}
+	c.Audio = slices.Clone(r.Audio)
+	if r.ChatRequests != nil {
+		c.ChatRequests = make([]ChatRecord, len(r.ChatRequests))
+		for i, q := range r.ChatRequests {
+			c.ChatRequests[i] = q.clone()
+		}
+	}
+	c.Received = slices.Clone(r.Received)
+	c.Sent = slices.Clone(r.Sent)
+	c.Rejections = slices.Clone(r.Rejections)
+	return c
+}
+
+func (r InitRecord) clone() InitRecord {
+	r.Config = cloneJSONMap(r.Config)
+	r.HotWords = slices.Clone(r.HotWords)
+	return r
+}
+
+func (q ChatRecord) clone() ChatRecord {
+	if q.Messages != nil {
+		msgs := make([]ChatMessage, len(q.Messages))
+		for i, m := range q.Messages {
+			m.Images = slices.Clone(m.Images)
+			msgs[i] = m
+		}
+		q.Messages = msgs
+	}
+	q.Generation = cloneJSONMap(q.Generation)
+	return q
+}
+
+// cloneJSONMap deep-copies a value tree produced by encoding/json.
+func cloneJSONMap(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	c := maps.Clone(m)
+	for k, v := range c {
+		c[k] = cloneJSON(v)
+	}
+	return c
+}
+
+func cloneJSON(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		return cloneJSONMap(t)
+	case []any:
+		s := make([]any, len(t))
+		for i, e := range t {
+			s[i] = cloneJSON(e)
+		}
+		return s
+	default:
+		return v
+	}
+}
