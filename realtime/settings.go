@@ -1,0 +1,62 @@
+package realtime
+
+import (
+	"fmt"
+	"time"
+)
+
+// Settings is the `server:` section of the configuration file. Config builds the connection
+// settings from it; the command reads reference voices from their files (this package reads no
+// files).
+type Settings struct {
+	URL     string  `yaml:"url"`
+	Dialect Dialect `yaml:"dialect"`
+	Mode    Mode    `yaml:"mode"`
+	// Model is the OpenVoice STT model id.
+	Model string `yaml:"model"`
+	// Token is sent as a bearer token; TokenFile names a file holding it instead.
+	Token     string `yaml:"token"`
+	TokenFile string `yaml:"token_file"`
+	// Instructions is the system prompt.
+	Instructions string `yaml:"instructions"`
+	// RefAudio and TTSRefAudio are WAV files of a reference voice (any rate; sent as 16 kHz).
+	RefAudio     string         `yaml:"ref_audio"`
+	TTSRefAudio  string         `yaml:"tts_ref_audio"`
+	MaxSliceNums int            `yaml:"max_slice_nums"`
+	Extra        map[string]any `yaml:"config"`
+	// ChatURL is where Ask and Say go (mode=chat); empty uses URL.
+	ChatURL string `yaml:"chat_url"`
+
+	// OpenVoice.
+	VADSensitivity string   `yaml:"vad_sensitivity"`
+	Language       string   `yaml:"language"`
+	HotWords       []string `yaml:"hot_words"`
+	TTSModel       string   `yaml:"tts_model"`
+	TTSRate        int      `yaml:"tts_rate"`
+
+	PingInterval    time.Duration `yaml:"ping_interval"`
+	DeadLinkTimeout time.Duration `yaml:"dead_link_timeout"`
+	DialTimeout     time.Duration `yaml:"dial_timeout"`
+	MaxFrameBytes   int64         `yaml:"max_frame_bytes"`
+}
+
+// Config turns the settings into a connection configuration (without reference voices).
+func (s Settings) Config() Config {
+	return Config{
+		URL: s.URL, Dialect: s.Dialect, Mode: s.Mode, Model: s.Model, Token: s.Token,
+		Init: Init{Instructions: s.Instructions, MaxSliceNums: s.MaxSliceNums, Config: s.Extra,
+			VADSensitivity: s.VADSensitivity, Language: s.Language, HotWords: s.HotWords, TTSModel: s.TTSModel},
+		OpenVoiceTTSRate: s.TTSRate, PingInterval: s.PingInterval, DeadLinkTimeout: s.DeadLinkTimeout,
+		DialTimeout: s.DialTimeout, MaxFrameBytes: s.MaxFrameBytes,
+		// The agent keeps the send queue short: audio waiting here is lost if the link dies.
+		SendQueue: 2,
+	}.withDefaults()
+}
+
+// Validate names the first setting that cannot work, as "server.<key>: ...".
+func (s Settings) Validate() error {
+	if err := s.Config().Validate(); err != nil {
+		return fmt.Errorf("server.%w", err)
+	}
+	return nil
+}
