@@ -1,0 +1,251 @@
+// Package wav reads and writes RIFF/WAVE files: the file-backed stand-ins for a microphone and a
+// speaker, reference voices, and demo recordings. It is pure Go so every package can use it.
+package wav
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+)
+
+// Audio is decoded sound: interleaved float32 samples in [-1, 1].
+type Audio struct {
+	Rate     int
+	Channels int
+	Samples  []float32 // interleaved, len = frames × Channels
+}
+
+// Frames is the number of sample frames (samples per channel).
+func (a Audio) Frames() int {
+	if a.Channels == 0 {
+		return 0
+	}
+	return len(a.Samples) / a.Channels
+}
+
+// Mono returns the channels mixed down to one.
+func (a Audio) Mono() []float32 {
+	if a.Channels == 1 {
+		return a.Samples
+	}
+	out := make([]float32, a.Frames())
+	scale := 1 / float32(a.Channels)
+	for i := range out {
+		var sum float32
+		for c := 0; c < a.Channels; c++ {
+			sum += a.Samples[i*a.Channels+c]
+		}
+		out[i] = sum * scale
+	}
+	return out
+}
+
+// Limits on what Decode accepts from a file; beyond them the file is refused, not allocated.
+const (
+	maxChannels = 32
+	maxRate     = 768000
+	// MaxDataBytes bounds the sample data read from one file (1 GiB).
+	MaxDataBytes = 1 << 30
+)
+
+const (
+	formatPCM        = 1
+	formatFloat      = 3
+	formatExtensible = 0xFFFE
+)
+
+// ReadFile decodes a WAV file.
+func ReadFile(path string) (Audio, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Audio{}, err
+	}
+	defer f.Close()
+	a, err := Decode(bufio.NewReader(f))
+	if err != nil {
+		return Audio{}, fmt.Errorf("read WAV %q: %w", path, err)
+	}
+	return a, nil
+}
+
+// Decode reads PCM (8/16/24/32-bit integer) or IEEE float (32/64-bit) WAV data, plain or
+// WAVE_FORMAT_EXTENSIBLE. Unknown chunks are skipped.
+func Decode(r io.Reader) (Audio, error) {
+	var hdr [12]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return Audio{}, fmt.Errorf("no RIFF header: %w", err)
+	}
+	if string(hdr[0:4]) != "RIFF" || string(hdr[8:12]) != "WAVE" {
+		return Audio{}, errors.New("not a RIFF/WAVE file")
+	}
+	var (
+		format, channels, bits int
+		rate                   int
+		haveFmt                bool
+	)
+	for {
+		var ch [8]byte
+		if _, err := io.ReadFull(r, ch[:]); err != nil {
+			if haveFmt {
+				return Audio{}, errors.New("no data chunk")
+			}
+			return Audio{}, errors.New("no fmt chunk")
+		}
+		id, size := string(ch[0:4]), int64(binary.LittleEndian.Uint32(ch[4:8]))
+		switch id {
+		case "fmt ":
+			if size < 16 || size > 1024 {
+				return Audio{}, fmt.Errorf("fmt chunk of %d bytes", size)
+			}
+			buf := make([]byte, size+size%2)
+			if _, err := io.ReadFull(r, buf); err != nil {
+				return Audio{}, fmt.Errorf("short fmt chunk: %w", err)
+			}
+			format = int(binary.LittleEndian.Uint16(buf[0:2]))
+			channels = int(binary.LittleEndian.Uint16(buf[2:4]))
+			rate = int(binary.LittleEndian.Uint32(buf[4:8]))
+			bits = int(binary.LittleEndian.Uint16(buf[14:16]))
+			if format == formatExtensible {
+				if size < 40 {
+					return Audio{}, errors.New("extensible fmt chunk too short")
+				}
+				format = int(binary.LittleEndian.Uint16(buf[24:26]))
+			}
+			if channels < 1 || channels > maxChannels {
+				return Audio{}, fmt.Errorf("%d channels (want 1..%d)", channels, maxChannels)
+			}
+			if rate < 1 || rate > maxRate {
+				return Audio{}, fmt.Errorf("sample rate %d Hz (want 1..%d)", rate, maxRate)
+			}
+			switch {
+			case format == formatPCM && (bits == 8 || bits == 16 || bits == 24 || bits == 32):
+			case format == formatFloat && (bits == 32 || bits == 64):
+			default:
+				return Audio{}, fmt.Errorf("unsupported encoding: format %d with %d bits", format, bits)
+			}
+			haveFmt = true
+		case "data":
+			if !haveFmt {
+				return Audio{}, errors.New("data chunk before fmt chunk")
+			}
+			if size > MaxDataBytes {
+				return Audio{}, fmt.Errorf("data chunk of %d bytes is over the %d limit", size, MaxDataBytes)
+			}
+			return decodeData(r, size, format, channels, bits, rate)
+		default:
+			if _, err := io.CopyN(io.Discard, r, size+size%2); err != nil {
+				return Audio{}, fmt.Errorf("short %q chunk: %w", id, err)
+			}
+		}
+	}
+}
+
+func decodeData(r io.Reader, size int64, format, channels, bits, rate int) (Audio, error) {
+	width := bits / 8
+	frame := width * channels
+	// Read what is there: many writers leave a wrong size (0 or 0xFFFFFFFF) on streamed files.
+	raw, err := io.ReadAll(io.LimitReader(r, size))
+	if err != nil {
+		return Audio{}, fmt.Errorf("read samples: %w", err)
+	}
+	raw = raw[:len(raw)-len(raw)%frame]
+	out := make([]float32, len(raw)/width)
+	for i := range out {
+		b := raw[i*width:]
+		switch {
+		case format == formatFloat && bits == 32:
+			out[i] = finite(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))))
+		case format == formatFloat:
+			out[i] = finite(math.Float64frombits(binary.LittleEndian.Uint64(b)))
+		case bits == 8:
+			out[i] = (float32(b[0]) - 128) / 128
+		case bits == 16:
+			out[i] = float32(int16(binary.LittleEndian.Uint16(b))) / 32768
+		case bits == 24:
+			v := int32(uint32(b[0])<<8|uint32(b[1])<<16|uint32(b[2])<<24) >> 8
+			out[i] = float32(v) / (1 << 23)
+		default:
+			out[i] = float32(float64(int32(binary.LittleEndian.Uint32(b))) / (1 << 31))
+		}
+	}
+	return Audio{Rate: rate, Channels: channels, Samples: out}, nil
+}
+
+// finite clamps to [-1, 1] and turns NaN into silence, so a bad file cannot poison a mix.
+func finite(v float64) float32 {
+	switch {
+	case v != v:
+		return 0
+	case v > 1:
+		return 1
+	case v < -1:
+		return -1
+	}
+	return float32(v)
+}
+
+// WriteFile writes mono or interleaved samples as 16-bit PCM.
+func WriteFile(path string, a Audio) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if err := Encode(w, a); err != nil {
+		f.Close()
+		return fmt.Errorf("write WAV %q: %w", path, err)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("write WAV %q: %w", path, err)
+	}
+	return f.Close()
+}
+
+// Encode writes a 16-bit PCM WAV stream.
+func Encode(w io.Writer, a Audio) error {
+	if a.Channels < 1 || a.Rate < 1 {
+		return fmt.Errorf("bad format: %d channels at %d Hz", a.Channels, a.Rate)
+	}
+	dataBytes := 2 * len(a.Samples)
+	if int64(dataBytes) > math.MaxUint32-36 {
+		return errors.New("too long for a WAV file")
+	}
+	hdr := make([]byte, 44)
+	copy(hdr[0:], "RIFF")
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(36+dataBytes))
+	copy(hdr[8:], "WAVEfmt ")
+	binary.LittleEndian.PutUint32(hdr[16:], 16)
+	binary.LittleEndian.PutUint16(hdr[20:], formatPCM)
+	binary.LittleEndian.PutUint16(hdr[22:], uint16(a.Channels))
+	binary.LittleEndian.PutUint32(hdr[24:], uint32(a.Rate))
+	binary.LittleEndian.PutUint32(hdr[28:], uint32(a.Rate*a.Channels*2))
+	binary.LittleEndian.PutUint16(hdr[32:], uint16(a.Channels*2))
+	binary.LittleEndian.PutUint16(hdr[34:], 16)
+	copy(hdr[36:], "data")
+	binary.LittleEndian.PutUint32(hdr[40:], uint32(dataBytes))
+	if _, err := w.Write(hdr); err != nil {
+		return err
+	}
+	buf := make([]byte, 0, 4096)
+	for _, s := range a.Samples {
+		v := math.Round(float64(s) * 32767)
+		v = math.Max(-32768, math.Min(32767, v))
+		if v != v {
+			v = 0
+		}
+		buf = binary.LittleEndian.AppendUint16(buf, uint16(int16(v)))
+		if len(buf) == cap(buf) {
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+		}
+	}
+	_, err := w.Write(buf)
+	return err
+}

@@ -1,0 +1,129 @@
+package wav
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRoundTrip(t *testing.T) {
+	in := Audio{Rate: 24000, Channels: 2, Samples: []float32{0, 0.5, -0.5, 1, -1, 0.25}}
+	path := filepath.Join(t.TempDir(), "x.wav")
+	if err := WriteFile(path, in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Rate != 24000 || out.Channels != 2 || out.Frames() != 3 {
+		t.Fatalf("got %d Hz, %d ch, %d frames", out.Rate, out.Channels, out.Frames())
+	}
+	for i := range in.Samples {
+		if d := math.Abs(float64(in.Samples[i] - out.Samples[i])); d > 1.0/16384 {
+			t.Fatalf("sample %d: %v became %v", i, in.Samples[i], out.Samples[i])
+		}
+	}
+	mono := out.Mono()
+	if len(mono) != 3 || math.Abs(float64(mono[0]-0.25)) > 1e-3 {
+		t.Fatalf("mono %v", mono)
+	}
+}
+
+// wavBytes builds a WAV stream with the given fmt fields and data.
+func wavBytes(format, channels, rate, bits int, extra []byte, data []byte) []byte {
+	var b bytes.Buffer
+	b.WriteString("RIFF")
+	binary.Write(&b, binary.LittleEndian, uint32(0))
+	b.WriteString("WAVE")
+	b.Write(extra)
+	b.WriteString("fmt ")
+	binary.Write(&b, binary.LittleEndian, uint32(16))
+	binary.Write(&b, binary.LittleEndian, uint16(format))
+	binary.Write(&b, binary.LittleEndian, uint16(channels))
+	binary.Write(&b, binary.LittleEndian, uint32(rate))
+	binary.Write(&b, binary.LittleEndian, uint32(rate*channels*bits/8))
+	binary.Write(&b, binary.LittleEndian, uint16(channels*bits/8))
+	binary.Write(&b, binary.LittleEndian, uint16(bits))
+	b.WriteString("data")
+	binary.Write(&b, binary.LittleEndian, uint32(len(data)))
+	b.Write(data)
+	return b.Bytes()
+}
+
+func TestDecodeFormats(t *testing.T) {
+	f32 := make([]byte, 4)
+	binary.LittleEndian.PutUint32(f32, math.Float32bits(0.75))
+	f64 := make([]byte, 8)
+	binary.LittleEndian.PutUint64(f64, math.Float64bits(-0.5))
+	list := []byte("LIST\x04\x00\x00\x00abcd")
+	for _, tt := range []struct {
+		name string
+		data []byte
+		want float32
+	}{
+		{"pcm8", wavBytes(1, 1, 8000, 8, nil, []byte{192}), 0.5},
+		{"pcm16", wavBytes(1, 1, 16000, 16, nil, []byte{0x00, 0x40}), 0.5},
+		{"pcm24", wavBytes(1, 1, 16000, 24, nil, []byte{0x00, 0x00, 0xc0}), -0.5},
+		{"pcm32", wavBytes(1, 1, 16000, 32, nil, []byte{0, 0, 0, 0x40}), 0.5},
+		{"float32", wavBytes(3, 1, 48000, 32, nil, f32), 0.75},
+		{"float64", wavBytes(3, 1, 48000, 64, nil, f64), -0.5},
+		{"skips unknown chunk", wavBytes(1, 1, 16000, 16, list, []byte{0x00, 0x40}), 0.5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := Decode(bytes.NewReader(tt.data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(a.Samples) != 1 || math.Abs(float64(a.Samples[0]-tt.want)) > 1e-6 {
+				t.Fatalf("got %v want %v", a.Samples, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"empty", nil, "no RIFF header"},
+		{"not wave", []byte("RIFF\x00\x00\x00\x00AVI "), "not a RIFF/WAVE"},
+		{"no fmt", []byte("RIFF\x00\x00\x00\x00WAVE"), "no fmt chunk"},
+		{"zero channels", wavBytes(1, 0, 16000, 16, nil, nil), "0 channels"},
+		{"mp3 in wav", wavBytes(0x55, 1, 16000, 16, nil, nil), "unsupported encoding"},
+		{"12 bit", wavBytes(1, 1, 16000, 12, nil, nil), "unsupported encoding"},
+		{"silly rate", wavBytes(1, 1, 0, 16, nil, nil), "sample rate 0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Decode(bytes.NewReader(tt.data))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(wavBytes(1, 2, 44100, 16, nil, []byte{1, 2, 3, 4, 5, 6, 7, 8}))
+	f.Add(wavBytes(3, 1, 16000, 32, nil, []byte{0, 0, 0xc0, 0x7f}))
+	f.Add([]byte("RIFF\x00\x00\x00\x00WAVEdata\xff\xff\xff\xff"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, err := Decode(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		if a.Channels < 1 || len(a.Samples)%a.Channels != 0 {
+			t.Fatalf("bad audio shape: %d channels, %d samples", a.Channels, len(a.Samples))
+		}
+		for _, s := range a.Samples {
+			if s != s || s > 1 || s < -1 {
+				t.Fatalf("sample %v out of range", s)
+			}
+		}
+	})
+}
