@@ -1,0 +1,59 @@
+package pipeline
+
+import "math"
+
+// EnergyVAD is a small voice activity detector: RMS level over 20 ms frames against a threshold,
+// with a short attack (speech must last MinSpeech) and a longer release (silence must last
+// Hangover) so single clicks and the gaps between words do not toggle it.
+type EnergyVAD struct {
+	threshold  float64 // linear RMS
+	frame      int     // samples per analysis frame
+	attack     int     // frames of speech needed to switch on
+	release    int     // frames of silence needed to switch off
+	speaking   bool
+	run        int // consecutive frames disagreeing with the current state
+	pos        int
+	sumSquares float64
+}
+
+// NewEnergyVAD makes a detector for audio at rate Hz. thresholdDBFS is the RMS level that counts
+// as speech (e.g. -40); minSpeechMS and hangoverMS set the attack and release.
+func NewEnergyVAD(rate int, thresholdDBFS float64, minSpeechMS, hangoverMS int) *EnergyVAD {
+	frame := rate / 50
+	if frame < 1 {
+		frame = 1
+	}
+	return &EnergyVAD{
+		threshold: math.Pow(10, thresholdDBFS/20),
+		frame:     frame,
+		attack:    max(1, minSpeechMS/20),
+		release:   max(1, hangoverMS/20),
+	}
+}
+
+// Speaking reports the current decision.
+func (v *EnergyVAD) Speaking() bool { return v.speaking }
+
+// Process analyses samples and reports the decision after them, and whether it changed.
+func (v *EnergyVAD) Process(samples []float32) (speaking, changed bool) {
+	before := v.speaking
+	for _, s := range samples {
+		v.sumSquares += float64(s) * float64(s)
+		v.pos++
+		if v.pos < v.frame {
+			continue
+		}
+		loud := math.Sqrt(v.sumSquares/float64(v.frame)) >= v.threshold
+		v.pos, v.sumSquares = 0, 0
+		if loud == v.speaking {
+			v.run = 0
+			continue
+		}
+		v.run++
+		if (loud && v.run >= v.attack) || (!loud && v.run >= v.release) {
+			v.speaking = loud
+			v.run = 0
+		}
+	}
+	return v.speaking, v.speaking != before
+}
