@@ -1,0 +1,126 @@
+// Package agent is omnisat's heart: the supervisor that owns one conversation with the model server
+// for as long as the service runs, whatever the server and the network do. It consumes audio and
+// frame sources, drives a realtime.Session, feeds a speaker, and publishes what happens as events.
+//
+// It knows nothing of PortAudio, OpenCV, MQTT or JSON: devices and the hub plug in through the
+// small interfaces below. See README.md in this folder for the states, policies and rules.
+package agent
+
+import (
+	"context"
+	"time"
+)
+
+// AudioSource is the microphone after the pipeline: 16 kHz mono float32, paced by capture.
+type AudioSource interface {
+	// Read fills p with the next captured samples, blocking until at least one is available.
+	// It returns io.EOF when the source has ended for good.
+	Read(ctx context.Context, p []float32) (int, error)
+}
+
+// FrameSource is the camera after the pipeline: the newest encoded JPEG frame.
+type FrameSource interface {
+	// Latest returns the newest frame, or ok=false when there is none (no camera, or it is lost).
+	Latest() (jpeg []byte, ok bool)
+}
+
+// Speaker plays the model's speech: 24 kHz mono float32 in, whatever the device needs out.
+type Speaker interface {
+	// Play queues samples; it must not block for long.
+	Play(samples []float32)
+	// FlushAfter drops queued audio beyond keep from now (0: silence at once).
+	FlushAfter(keep time.Duration)
+	// Pending is how much queued audio has not been heard yet.
+	Pending() time.Duration
+}
+
+// State is where the agent is in its life.
+type State string
+
+const (
+	StateIdle         State = "idle"         // no session wanted (on_demand / voice waiting)
+	StateConnecting   State = "connecting"   // dialling the server
+	StateQueued       State = "queued"       // waiting in the server's queue
+	StateStarting     State = "starting"     // worker assigned, session being initialised
+	StateListening    State = "listening"    // session live, the model listens
+	StateSpeaking     State = "speaking"     // session live, reply audio is being played
+	StateReconnecting State = "reconnecting" // waiting before the next attempt
+	StateStopped      State = "stopped"      // Run has returned
+	StateError        State = "error"        // a configuration problem; a person must act
+)
+
+// Status is a snapshot of the agent, as published on every state change and by `ctl status`.
+type Status struct {
+	State      State     `json:"state"`
+	Detail     string    `json:"detail,omitempty"`
+	Since      time.Time `json:"since"`
+	Policy     Policy    `json:"policy"`
+	Mode       string    `json:"mode"`
+	Dialect    string    `json:"dialect"`
+	SessionID  string    `json:"session_id,omitempty"`
+	SessionAge float64   `json:"session_age_s"`
+
+	QueuePosition int     `json:"queue_position,omitempty"`
+	QueueWaitS    float64 `json:"queue_wait_s,omitempty"`
+	KVCacheLength int     `json:"kv_cache_length"`
+
+	Reconnects  int       `json:"reconnects"`
+	Rollovers   int       `json:"rollovers"`
+	NextAttempt time.Time `json:"next_attempt,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+
+	Muted    bool `json:"mic_muted"`
+	CameraOn bool `json:"camera_on"`
+	Speech   bool `json:"speech"`
+	// Devices maps each device (microphone, speaker, camera) to "ok" or what is wrong with it.
+	Devices map[string]string `json:"devices,omitempty"`
+
+	ChunksSent     uint64  `json:"chunks_sent"`
+	ChunksDropped  uint64  `json:"chunks_dropped"`
+	SecondsDropped float64 `json:"audio_dropped_s"`
+}
+
+// Event is something the agent publishes. The concrete types below are the whole set.
+type Event interface{ agentEvent() }
+
+// StateChanged carries the new status.
+type StateChanged struct{ Status Status }
+
+// TextDelta is assistant text as it streams (it leads the audio).
+type TextDelta struct {
+	SessionID string
+	Text      string
+}
+
+// Utterance is one finished piece of speech: the assistant's reply, or the user's words where the
+// server transcribes them (OpenVoice).
+type Utterance struct {
+	Role      string // "assistant" or "user"
+	Text      string
+	SessionID string
+	Start     time.Time
+	End       time.Time
+	Partial   bool // an unstable hypothesis (user transcript.partial)
+}
+
+// Lifecycle is a session or device event: started, ended (with reason), rollover, reconnect,
+// dropped audio, a device lost or back.
+type Lifecycle struct {
+	Kind      string // session_started, session_ended, rollover, reconnect, audio_dropped, device_lost, device_back, error
+	SessionID string
+	Reason    string
+	At        time.Time
+}
+
+// Answer is the result of an Ask or Say request.
+type Answer struct {
+	ID    string
+	Text  string
+	Error string
+}
+
+func (StateChanged) agentEvent() {}
+func (TextDelta) agentEvent()    {}
+func (Utterance) agentEvent()    {}
+func (Lifecycle) agentEvent()    {}
+func (Answer) agentEvent()       {}

@@ -1,0 +1,818 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image"
+	"image/jpeg"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/omnisat/omnisat/agent"
+	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/internal/faultproxy"
+	"github.com/omnisat/omnisat/realtime"
+	"github.com/omnisat/omnisat/realtime/realtimetest"
+)
+
+// The agent is tested end to end: a paced audio source, the real realtime client over real
+// sockets, the protocol-faithful simulator, and (for link faults) a TCP proxy between them.
+
+// ramp is audio whose every sample says where it came from: sample i is i/2^24, exact in float32,
+// so the simulator's record proves which samples arrived, once each and in order.
+func ramp(n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(i) / (1 << 24)
+	}
+	return s
+}
+
+func tone(n int, amp float64) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(amp * math.Sin(2*math.Pi*440*float64(i)/16000))
+	}
+	return s
+}
+
+type harness struct {
+	t       testing.TB
+	sim     *realtimetest.Server
+	proxy   *faultproxy.Proxy
+	source  *devices.PacedSource
+	speaker *devices.FileSpeaker
+	sup     *agent.Supervisor
+	events  <-chan agent.Event
+	cancel  context.CancelFunc
+	done    chan error
+
+	mu  sync.Mutex
+	log []agent.Event
+}
+
+type setup struct {
+	sim      realtimetest.Options
+	cfg      agent.Config
+	server   func(*realtime.Config)
+	audio    []float32
+	speed    float64
+	proxy    bool
+	noStart  bool
+	frames   agent.FrameSource
+	dialWrap func(agent.DialFunc) agent.DialFunc
+}
+
+func newHarness(t testing.TB, su setup) *harness {
+	t.Helper()
+	h := &harness{t: t, done: make(chan error, 1)}
+	h.sim = realtimetest.NewServer(su.sim)
+	t.Cleanup(h.sim.Close)
+	serverURL := h.sim.URL()
+	if su.proxy {
+		p, err := faultproxy.New(h.sim.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.proxy = p
+		t.Cleanup(p.Close)
+		serverURL = strings.Replace(serverURL, h.sim.Addr(), p.Addr(), 1)
+	}
+	if su.audio == nil {
+		su.audio = ramp(16000 * 60)
+	}
+	if su.speed == 0 {
+		su.speed = 4
+	}
+	h.source = devices.NewPacedSource(su.audio, 16000, false, su.speed)
+	h.speaker = devices.NewFileSpeaker("", 24000)
+	t.Cleanup(func() { h.speaker.Close() })
+	mode := realtime.ModeAudio
+	if su.frames != nil {
+		mode = realtime.ModeVideo
+	}
+	d := su.sim.Dialect
+	if d == "" {
+		d = realtimetest.Current
+	}
+	server := realtime.Config{URL: serverURL, Dialect: realtime.Dialect(d), Mode: mode, Model: "test-model",
+		PingInterval: 200 * time.Millisecond, DeadLinkTimeout: time.Second, DialTimeout: 2 * time.Second,
+		Init: realtime.Init{Instructions: "You are a test."}}
+	if su.server != nil {
+		su.server(&server)
+	}
+	cfg := su.cfg
+	if cfg.Chunk == 0 {
+		cfg.Chunk = 250 * time.Millisecond
+	}
+	if cfg.BackoffMin == 0 {
+		cfg.BackoffMin, cfg.BackoffMax = 50*time.Millisecond, 400*time.Millisecond
+	}
+	dial := agent.DialFunc(realtime.Dial)
+	if su.dialWrap != nil {
+		dial = su.dialWrap(dial)
+	}
+	sup, err := agent.New(agent.Options{Config: cfg, Server: server, Audio: h.source, Speaker: h.speaker, Frames: su.frames,
+		Dial: dial, Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sup = sup
+	events, _ := sup.Subscribe(100000)
+	h.events = events
+	if !su.noStart {
+		h.start()
+	}
+	return h
+}
+
+func (h *harness) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.done <- h.sup.Run(ctx) }()
+	h.t.Cleanup(h.stop)
+}
+
+// stop shuts the agent down and waits for Run to return.
+func (h *harness) stop() {
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	h.cancel = nil
+	select {
+	case err := <-h.done:
+		if err != nil && !errors.Is(err, io.EOF) {
+			h.t.Errorf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		h.t.Error("Run did not return within 5 s of cancel")
+	}
+}
+
+// waitFor reads events until match returns true.
+func (h *harness) waitFor(what string, timeout time.Duration, match func(agent.Event) bool) agent.Event {
+	h.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-h.events:
+			if !ok {
+				h.t.Fatalf("event stream closed while waiting for %s", what)
+			}
+			h.mu.Lock()
+			h.log = append(h.log, ev)
+			h.mu.Unlock()
+			if match(ev) {
+				return ev
+			}
+		case <-deadline:
+			h.t.Fatalf("no %s within %v; status %+v", what, timeout, h.sup.Status())
+		}
+	}
+}
+
+func isState(s agent.State) func(agent.Event) bool {
+	return func(ev agent.Event) bool {
+		sc, ok := ev.(agent.StateChanged)
+		return ok && sc.Status.State == s
+	}
+}
+
+func isLifecycle(kind string) func(agent.Event) bool {
+	return func(ev agent.Event) bool {
+		lc, ok := ev.(agent.Lifecycle)
+		return ok && lc.Kind == kind
+	}
+}
+
+// received concatenates the audio every session received, in session order.
+func (h *harness) received() []float32 {
+	var all []float32
+	for _, rec := range h.sim.Sessions() {
+		all = append(all, rec.Audio...)
+	}
+	return all
+}
+
+// checkRamp asserts that got is the ramp from 0 without loss, duplication or reordering.
+func checkRamp(t *testing.T, got []float32) {
+	t.Helper()
+	for i, v := range got {
+		if want := float32(i) / (1 << 24); v != want {
+			t.Fatalf("sample %d is ramp sample %d: audio was lost, repeated or reordered", i, int(v*(1<<24)))
+		}
+	}
+}
+
+func (h *harness) noRejections() {
+	h.t.Helper()
+	for _, rec := range h.sim.Sessions() {
+		if len(rec.Rejections) > 0 {
+			h.t.Errorf("session %d: simulator rejected the agent's input: %v", rec.Index, rec.Rejections)
+		}
+	}
+}
+
+func TestAlwaysConnectsAndStreams(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	deadline := time.Now().Add(5 * time.Second)
+	for len(h.received()) < 16000*2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.stop()
+	rec := h.sim.Sessions()[0]
+	if rec.Init.Instructions != "You are a test." {
+		t.Errorf("instructions %q", rec.Init.Instructions)
+	}
+	if rec.CloseReason != "user_stop" {
+		t.Errorf("shutdown did not send session.close user_stop (got %q)", rec.CloseReason)
+	}
+	got := h.received()
+	if len(got) < 16000*2 {
+		t.Fatalf("only %d samples arrived", len(got))
+	}
+	checkRamp(t, got)
+	for i, a := range rec.Appends {
+		if a.Samples != 4000 {
+			t.Fatalf("chunk %d has %d samples, want 4000 (250 ms)", i, a.Samples)
+		}
+	}
+	if st := h.sup.Status(); st.State != agent.StateStopped {
+		t.Errorf("final state %s", st.State)
+	}
+	h.noRejections()
+}
+
+// Chunks leave at the pace they are captured, never faster.
+func TestPacing(t *testing.T) {
+	h := newHarness(t, setup{speed: 1})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(2200 * time.Millisecond)
+	h.stop()
+	rec := h.sim.Sessions()[0]
+	if len(rec.Appends) < 6 {
+		t.Fatalf("%d chunks in 2.2 s", len(rec.Appends))
+	}
+	// n chunks of 250 ms cannot arrive in less than (n-1)×250 ms minus jitter.
+	first, last := rec.Appends[1].At, rec.Appends[len(rec.Appends)-1].At
+	n := len(rec.Appends) - 2
+	if span := last.Sub(first); span < time.Duration(n)*250*time.Millisecond-100*time.Millisecond {
+		t.Fatalf("%d chunks went out in %v: faster than real time", n+1, span)
+	}
+}
+
+func TestQueueStates(t *testing.T) {
+	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 1, QueueUpdateInterval: 50 * time.Millisecond}, noStart: true})
+	// Someone else holds the only worker.
+	other, err := realtime.Dial(context.Background(), realtime.Config{URL: h.sim.URL(), Mode: realtime.ModeAudio})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	ev := h.waitFor("queued", 5*time.Second, isState(agent.StateQueued))
+	if st := ev.(agent.StateChanged).Status; st.QueuePosition != 1 || !strings.Contains(st.Detail, "position 1") {
+		t.Fatalf("queued status %+v", st)
+	}
+	other.Close(context.Background(), "user_stop")
+	h.waitFor("starting", 5*time.Second, isState(agent.StateStarting))
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	h.noRejections()
+}
+
+// A server ending the session in the normal course is followed by a new session at once; an
+// error end is followed after a backoff.
+func TestCloseReasons(t *testing.T) {
+	for _, tt := range []struct {
+		reason  string
+		dialect realtimetest.Dialect
+		backoff bool
+	}{
+		{"timeout", realtimetest.Current, false},
+		{"context_full", realtimetest.Legacy, false},
+		{"backend_error", realtimetest.Current, true},
+		{"server_shutdown", realtimetest.Legacy, false},
+		{"something_new", realtimetest.Current, true},
+	} {
+		t.Run(tt.reason, func(t *testing.T) {
+			h := newHarness(t, setup{
+				sim: realtimetest.Options{Dialect: tt.dialect, Faults: []realtimetest.Fault{{Kind: realtimetest.FaultClose, Reason: tt.reason, AfterAppends: 2, Count: 1}}},
+				cfg: agent.Config{BackoffMin: 300 * time.Millisecond, BackoffMax: 300 * time.Millisecond},
+			})
+			ev := h.waitFor("session_ended", 10*time.Second, isLifecycle("session_ended"))
+			if lc := ev.(agent.Lifecycle); lc.Reason != tt.reason {
+				t.Fatalf("ended with %q, want %q", lc.Reason, tt.reason)
+			}
+			ended := time.Now()
+			if tt.backoff {
+				h.waitFor("reconnecting", 2*time.Second, isState(agent.StateReconnecting))
+			}
+			h.waitFor("listening again", 10*time.Second, isState(agent.StateListening))
+			if err := h.sim.WaitSessions(context.Background(), 2); err != nil {
+				t.Fatal(err)
+			}
+			recs := h.sim.Sessions()
+			gap := recs[1].ConnectedAt.Sub(ended)
+			if !tt.backoff && gap > 200*time.Millisecond {
+				t.Errorf("normal end: next connect after %v, want at once", gap)
+			}
+			if st := h.sup.Status(); st.Reconnects != 1 {
+				t.Errorf("reconnects %d", st.Reconnects)
+			}
+			h.noRejections()
+		})
+	}
+}
+
+func TestBusyBackoff(t *testing.T) {
+	h := newHarness(t, setup{
+		sim: realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultRefuse, Count: 5}}},
+		cfg: agent.Config{BackoffMin: 40 * time.Millisecond, BackoffMax: 2 * time.Second},
+	})
+	var waits []time.Duration
+	for len(waits) < 5 {
+		ev := h.waitFor("reconnecting", 10*time.Second, isState(agent.StateReconnecting))
+		st := ev.(agent.StateChanged).Status
+		if !strings.Contains(st.Detail, "worker_busy") || !strings.Contains(st.LastError, "1013") {
+			t.Fatalf("reconnect detail %q / %q does not say why", st.Detail, st.LastError)
+		}
+		waits = append(waits, st.NextAttempt.Sub(st.Since))
+	}
+	h.waitFor("listening", 10*time.Second, isState(agent.StateListening))
+	// Full jitter: each wait lies under a ceiling that doubles per attempt.
+	for i, w := range waits {
+		ceil := 40 * time.Millisecond << i
+		if w < 0 || w > ceil+5*time.Millisecond {
+			t.Errorf("attempt %d waited %v, ceiling %v", i+1, w, ceil)
+		}
+	}
+	if slices.IsSorted(waits) && waits[0] == waits[len(waits)-1] {
+		t.Errorf("no jitter: %v", waits)
+	}
+	t.Logf("backoff waits: %v", waits)
+	h.noRejections()
+}
+
+func TestBackoffCeiling(t *testing.T) {
+	// The backoff distribution itself, many draws: below the ceiling, spread over it, capped.
+	h := newHarness(t, setup{noStart: true, cfg: agent.Config{BackoffMin: time.Second, BackoffMax: 30 * time.Second}})
+	for n := 1; n <= 8; n++ {
+		ceil := min(time.Second<<(n-1), 30*time.Second)
+		var maxSeen time.Duration
+		for range 2000 {
+			w := agent.BackoffForTest(h.sup, n)
+			if w < 0 || w > ceil {
+				t.Fatalf("attempt %d: %v outside [0, %v]", n, w, ceil)
+			}
+			maxSeen = max(maxSeen, w)
+		}
+		if maxSeen < ceil*9/10 {
+			t.Errorf("attempt %d: largest of 2000 draws %v, ceiling %v: not full jitter", n, maxSeen, ceil)
+		}
+	}
+}
+
+func TestConfigErrorNotRetried(t *testing.T) {
+	h := newHarness(t, setup{
+		sim:    realtimetest.Options{Dialect: realtimetest.Legacy},
+		server: func(c *realtime.Config) { c.Dialect = realtime.DialectCurrent },
+	})
+	ev := h.waitFor("error", 5*time.Second, isState(agent.StateError))
+	if st := ev.(agent.StateChanged).Status; !strings.Contains(st.Detail, "dialect") {
+		t.Fatalf("error detail %q does not name the dialect", st.Detail)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := len(h.sim.Sessions()); n != 1 {
+		t.Fatalf("%d connection attempts after a configuration error, want 1", n)
+	}
+}
+
+func TestCutLinkRecovers(t *testing.T) {
+	h := newHarness(t, setup{proxy: true, cfg: agent.Config{ReconnectBuffer: 3 * time.Second}})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(300 * time.Millisecond)
+	h.proxy.Cut()
+	cut := time.Now()
+	ev := h.waitFor("session_ended", 3*time.Second, isLifecycle("session_ended"))
+	if lc := ev.(agent.Lifecycle); !strings.Contains(lc.Reason, "cut") && !strings.Contains(lc.Reason, "closed") {
+		t.Errorf("reason %q", lc.Reason)
+	}
+	h.waitFor("listening again", 5*time.Second, isState(agent.StateListening))
+	t.Logf("cut link: back to listening %v after the cut", time.Since(cut))
+	time.Sleep(500 * time.Millisecond)
+	h.stop()
+	// Audio captured while reconnecting was kept and sent first: the second session begins where
+	// the first one's last delivered chunk ended, except for chunks in flight when the link died.
+	recs := h.sim.Sessions()
+	first, second := recs[0].Audio, recs[1].Audio
+	checkRamp(t, first)
+	if len(second) == 0 {
+		t.Fatal("nothing reached the new session")
+	}
+	start := int(second[0] * (1 << 24))
+	lost := start - len(first)
+	if lost < 0 || lost > 16000 {
+		t.Fatalf("new session starts at sample %d, old ended at %d: %d samples lost", start, len(first), lost)
+	}
+	for i, v := range second {
+		if want := float32(start+i) / (1 << 24); v != want {
+			t.Fatalf("second session: sample %d is not contiguous", i)
+		}
+	}
+	t.Logf("cut link: %d samples (%.2f s) lost in flight", lost, float64(lost)/16000)
+	h.noRejections()
+}
+
+func TestSilentLinkDetected(t *testing.T) {
+	h := newHarness(t, setup{proxy: true})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	h.proxy.Stall()
+	stalled := time.Now()
+	ev := h.waitFor("session_ended", 5*time.Second, isLifecycle("session_ended"))
+	detected := time.Since(stalled)
+	if lc := ev.(agent.Lifecycle); !strings.Contains(lc.Reason, "dead") {
+		t.Errorf("reason %q does not say the link is dead", lc.Reason)
+	}
+	// DeadLinkTimeout is 1 s in this harness; allow one ping interval and scheduling slack.
+	if detected > 1500*time.Millisecond {
+		t.Errorf("dead link detected after %v, deadline 1 s", detected)
+	}
+	h.proxy.Resume()
+	h.waitFor("listening again", 5*time.Second, isState(agent.StateListening))
+	t.Logf("silent link: detected after %v", detected)
+}
+
+// Planned rollover, by time and by context: the next session opens ahead, the switch happens while
+// the model listens, and not one sample is lost or sent twice.
+func TestPlannedRolloverLosesNothing(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		cfg     agent.Config
+		sim     realtimetest.Options
+		overlap bool
+	}{
+		{"time", agent.Config{TimeLimit: 1200 * time.Millisecond, TimeMargin: 400 * time.Millisecond}, realtimetest.Options{Workers: 2}, true},
+		{"context", agent.Config{ContextLimit: 1024, ContextMargin: 200}, realtimetest.Options{Workers: 2, TokensPerAudioSecond: 400}, true},
+		{"context legacy", agent.Config{ContextLimit: 1024, ContextMargin: 200}, realtimetest.Options{Dialect: realtimetest.Legacy, Workers: 2, TokensPerAudioSecond: 400}, true},
+		{"sequential single worker", agent.Config{TimeLimit: 1200 * time.Millisecond, TimeMargin: 400 * time.Millisecond, Overlap: new(bool)}, realtimetest.Options{Workers: 1}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, setup{cfg: tt.cfg, sim: tt.sim})
+			for range 3 {
+				h.waitFor("rollover", 10*time.Second, isLifecycle("rollover"))
+			}
+			h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+			time.Sleep(300 * time.Millisecond)
+			h.stop()
+			recs := h.sim.Sessions()
+			if len(recs) < 4 {
+				t.Fatalf("%d sessions", len(recs))
+			}
+			got := h.received()
+			checkRamp(t, got)
+			if st := h.sup.Status(); st.ChunksDropped != 0 {
+				t.Errorf("%d chunks dropped", st.ChunksDropped)
+			}
+			if missing := h.source.Captured() - int64(len(got)); missing > 4000*2 {
+				t.Errorf("%d captured samples never reached a server", missing)
+			}
+			for _, rec := range recs[:len(recs)-1] {
+				if rec.CloseReason != "user_stop" {
+					t.Errorf("session %d closed with %q, want user_stop", rec.Index, rec.CloseReason)
+				}
+				if rec.EndReason == "timeout" || rec.EndReason == "context_full" {
+					t.Errorf("session %d reached the server's limit (%s) before the rollover", rec.Index, rec.EndReason)
+				}
+			}
+			if tt.overlap {
+				// The next session was ready before the old one closed.
+				for i := 1; i < len(recs); i++ {
+					if !recs[i].CreatedAt.Before(recs[i-1].EndedAt) {
+						t.Errorf("session %d was created after session %d ended: no overlap", i, i-1)
+					}
+				}
+			}
+			h.noRejections()
+		})
+	}
+}
+
+// Carry-over: the next session's instructions carry what was said.
+func TestCarryOver(t *testing.T) {
+	audio := slices.Concat(make([]float32, 16000), tone(16000, 0.3), make([]float32, 16000*30))
+	h := newHarness(t, setup{audio: audio, speed: 2, sim: realtimetest.Options{Workers: 2, ForceListenCount: -1},
+		cfg: agent.Config{TimeLimit: 4 * time.Second, TimeMargin: time.Second}})
+	h.waitFor("assistant utterance", 10*time.Second, func(ev agent.Event) bool {
+		u, ok := ev.(agent.Utterance)
+		return ok && u.Role == "assistant"
+	})
+	h.waitFor("rollover", 10*time.Second, isLifecycle("rollover"))
+	recs := h.sim.Sessions()
+	next := recs[len(recs)-1].Init.Instructions
+	if !strings.HasPrefix(next, "You are a test.") || !strings.Contains(next, "Assistant: I heard 1.0 seconds of speech") {
+		t.Fatalf("next instructions %q", next)
+	}
+}
+
+func TestInterrupt(t *testing.T) {
+	audio := slices.Concat(make([]float32, 4000), tone(32000, 0.3), make([]float32, 16000*30))
+	h := newHarness(t, setup{audio: audio, speed: 1, sim: realtimetest.Options{ForceListenCount: -1}})
+	h.waitFor("speaking", 10*time.Second, isState(agent.StateSpeaking))
+	asked := time.Now()
+	h.sup.Interrupt()
+	if p := h.speaker.Pending(); p != 0 {
+		t.Fatalf("playback not flushed: %v pending", p)
+	}
+	h.waitFor("listening", 3*time.Second, isState(agent.StateListening))
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, a := range h.sim.Sessions()[0].Appends {
+			if a.ForceListen {
+				t.Logf("interrupt: force_listen chunk of %d samples reached the server %v after the command", a.Samples, a.At.Sub(asked))
+				h.stop()
+				h.noRejections()
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no chunk with force_listen reached the server")
+}
+
+func TestOnDemandPolicy(t *testing.T) {
+	h := newHarness(t, setup{cfg: agent.Config{Policy: agent.PolicyOnDemand, IdleTimeout: 600 * time.Millisecond}})
+	time.Sleep(300 * time.Millisecond)
+	if n := len(h.sim.Sessions()); n != 0 {
+		t.Fatalf("on_demand connected %d times before any command", n)
+	}
+	h.sup.Start()
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	// Nobody talks: the session ends by itself and frees the server's worker.
+	ev := h.waitFor("idle", 5*time.Second, isState(agent.StateIdle))
+	if d := ev.(agent.StateChanged).Status.Detail; d != "idle" {
+		t.Fatalf("idle detail %q", d)
+	}
+	rec, err := h.sim.WaitEnded(context.Background(), 0)
+	if err != nil || rec.CloseReason != "user_stop" {
+		t.Fatalf("session not closed politely: %v %+v", err, rec.CloseReason)
+	}
+	h.noRejections()
+}
+
+// Policy voice: speech opens the session and the pre-roll reaches the server, so the first words
+// are not lost.
+func TestVoicePolicyPreRoll(t *testing.T) {
+	speech := tone(16000, 0.3)
+	audio := slices.Concat(make([]float32, 16000*2), speech, make([]float32, 16000*20))
+	h := newHarness(t, setup{audio: audio, speed: 1, cfg: agent.Config{Policy: agent.PolicyVoice, PreRoll: time.Second, IdleTimeout: 5 * time.Second}})
+	h.waitFor("listening", 8*time.Second, isState(agent.StateListening))
+	time.Sleep(1500 * time.Millisecond)
+	h.stop()
+	recs := h.sim.Sessions()
+	if len(recs) != 1 {
+		t.Fatalf("%d sessions", len(recs))
+	}
+	got := recs[0].Audio
+	// The very first sample of the speech must be in what the server received.
+	onset := -1
+	for i, v := range got {
+		if v != 0 {
+			onset = i
+			break
+		}
+	}
+	if onset < 0 || got[onset] != speech[0] && got[onset] != speech[1] {
+		t.Fatalf("speech onset not found in %d received samples", len(got))
+	}
+	if !slices.Equal(got[onset-1:onset-1+8000], speech[:8000]) && !slices.Equal(got[onset:onset+8000], speech[1:8001]) {
+		t.Fatal("the start of the speech was not sent intact")
+	}
+	t.Logf("voice policy: %d samples (%.2f s) of pre-roll before the speech", onset, float64(onset)/16000)
+	h.noRejections()
+}
+
+func TestAskAndSay(t *testing.T) {
+	// Ask and Say open a chat session beside the duplex one: the server needs a second worker.
+	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 2}})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	h.sup.Ask("q1", "Reply with exactly: forty-two", false)
+	ev := h.waitFor("answer", 5*time.Second, func(ev agent.Event) bool { _, ok := ev.(agent.Answer); return ok })
+	if a := ev.(agent.Answer); a.ID != "q1" || a.Text != "forty-two" || a.Error != "" {
+		t.Fatalf("answer %+v", a)
+	}
+	h.sup.Ask("q2", "what do you see?", true)
+	ev = h.waitFor("answer", 5*time.Second, func(ev agent.Event) bool { _, ok := ev.(agent.Answer); return ok })
+	if a := ev.(agent.Answer); a.ID != "q2" || !strings.Contains(a.Error, "camera") {
+		t.Fatalf("snapshot without camera: %+v", a)
+	}
+	h.sup.Say("s1", "good evening")
+	ev = h.waitFor("said", 5*time.Second, func(ev agent.Event) bool { _, ok := ev.(agent.Answer); return ok })
+	if a := ev.(agent.Answer); a.ID != "s1" || a.Error != "" {
+		t.Fatalf("say %+v", a)
+	}
+	if rec := h.speaker.Recording(); slices.Max(rec) < 0.1 && h.speaker.Pending() == 0 {
+		t.Fatal("say produced no audio on the speaker")
+	}
+	h.noRejections()
+}
+
+func TestOpenVoice(t *testing.T) {
+	audio := slices.Concat(make([]float32, 8000), tone(16000, 0.3), make([]float32, 16000*20))
+	h := newHarness(t, setup{audio: audio, speed: 1, sim: realtimetest.Options{Dialect: realtimetest.OpenVoice}})
+	ev := h.waitFor("user transcript", 10*time.Second, func(ev agent.Event) bool {
+		u, ok := ev.(agent.Utterance)
+		return ok && u.Role == "user" && !u.Partial
+	})
+	if u := ev.(agent.Utterance); !strings.Contains(u.Text, "speech") {
+		t.Fatalf("transcript %+v", u)
+	}
+	h.sup.Say("s1", "hello there")
+	h.waitFor("speaking", 5*time.Second, isState(agent.StateSpeaking))
+	h.noRejections()
+}
+
+// slowSession makes Send wait while the gate is shut, as a link that has fallen behind does.
+type slowSession struct {
+	realtime.Session
+	open *atomic.Bool
+}
+
+func (s slowSession) Send(ctx context.Context, c realtime.Chunk) error {
+	for !s.open.Load() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return s.Session.Send(ctx, c)
+}
+
+// A link that falls behind: audio beyond max_lag is dropped (and counted), memory stays bounded,
+// and what is sent afterwards is the newest audio, in order.
+func TestMaxLagDrops(t *testing.T) {
+	var open atomic.Bool
+	open.Store(true)
+	h := newHarness(t, setup{speed: 4, cfg: agent.Config{MaxLag: 500 * time.Millisecond},
+		dialWrap: func(d agent.DialFunc) agent.DialFunc {
+			return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+				s, err := d(ctx, cfg)
+				if err != nil {
+					return nil, err
+				}
+				return slowSession{s, &open}, nil
+			}
+		}})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(500 * time.Millisecond)
+	open.Store(false)
+	h.waitFor("audio_dropped", 5*time.Second, isLifecycle("audio_dropped"))
+	time.Sleep(500 * time.Millisecond)
+	open.Store(true)
+	time.Sleep(500 * time.Millisecond)
+	h.stop()
+	st := h.sup.Status()
+	if st.ChunksDropped == 0 {
+		t.Fatal("no drops counted")
+	}
+	// What arrived is in order with one gap: the oldest audio was dropped, nothing repeated.
+	got := h.received()
+	gaps := 0
+	for i := 1; i < len(got); i++ {
+		d := int((got[i] - got[i-1]) * (1 << 24))
+		if d <= 0 {
+			t.Fatalf("sample %d goes backwards: repeated or reordered audio", i)
+		}
+		if d > 1 {
+			gaps++
+		}
+	}
+	if gaps == 0 {
+		t.Fatal("no gap in the received audio although chunks were dropped")
+	}
+	t.Logf("slow link: %d chunks (%.2f s) dropped in %d gap(s)", st.ChunksDropped, st.SecondsDropped, gaps)
+	h.noRejections()
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  agent.Config
+		want string
+	}{
+		{agent.Config{Policy: "sometimes"}, `session.policy: "sometimes"`},
+		{agent.Config{Chunk: 100 * time.Millisecond}, "session.chunk: 100ms is outside 250ms..1s"},
+		{agent.Config{Chunk: 2 * time.Second}, "session.chunk"},
+		{agent.Config{MaxLag: 100 * time.Millisecond}, "session.max_lag"},
+		{agent.Config{BackoffMin: time.Minute, BackoffMax: time.Second}, "session.backoff_max"},
+		{agent.Config{ContextLimit: 1000, ContextMargin: 1000}, "session.context_margin"},
+		{agent.Config{TimeLimit: time.Second, TimeMargin: 2 * time.Second}, "session.time_margin"},
+	} {
+		err := tt.cfg.WithDefaults().Validate()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: got %v, want %q", tt.cfg, err, tt.want)
+		}
+	}
+	if err := (agent.Config{}).WithDefaults().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A long outage: only the newest reconnect_buffer of audio is kept and sent first; what could not
+// be kept is counted.
+func TestLongOutageKeepsNewest(t *testing.T) {
+	h := newHarness(t, setup{proxy: true, speed: 4, cfg: agent.Config{ReconnectBuffer: time.Second,
+		BackoffMin: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond}})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	h.proxy.Refuse(true)
+	h.proxy.Cut()
+	h.waitFor("reconnecting", 5*time.Second, isState(agent.StateReconnecting))
+	time.Sleep(1500 * time.Millisecond) // 6 s of audio at speed 4, against a 1 s buffer
+	h.proxy.Refuse(false)
+	h.waitFor("listening again", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(300 * time.Millisecond)
+	h.stop()
+	st := h.sup.Status()
+	if st.ChunksDropped == 0 || st.SecondsDropped < 3 {
+		t.Fatalf("outage of ~6 s with a 1 s buffer: %d chunks (%.2f s) counted as dropped", st.ChunksDropped, st.SecondsDropped)
+	}
+	recs := h.sim.Sessions()
+	last := recs[len(recs)-1].Audio
+	if len(last) == 0 {
+		t.Fatal("nothing reached the new session")
+	}
+	for i := 1; i < len(last); i++ {
+		if int((last[i]-last[i-1])*(1<<24)) != 1 {
+			t.Fatalf("new session's audio is not contiguous at %d", i)
+		}
+	}
+	t.Logf("long outage: %d chunks (%.2f s) dropped, %d kept", st.ChunksDropped, st.SecondsDropped, len(last))
+	h.noRejections()
+}
+
+func TestDeviceState(t *testing.T) {
+	h := newHarness(t, setup{frames: staticFrames{}})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	h.sup.DeviceState("camera", true, nil)
+	h.sup.DeviceState("camera", false, errors.New(`read camera "/dev/video0": no such device`))
+	ev := h.waitFor("device_lost", 2*time.Second, isLifecycle("device_lost"))
+	if lc := ev.(agent.Lifecycle); !strings.Contains(lc.Reason, "/dev/video0") {
+		t.Fatalf("reason %q", lc.Reason)
+	}
+	st := h.sup.Status()
+	if st.CameraOn || !strings.Contains(st.Devices["camera"], "no such device") || st.State != agent.StateListening {
+		t.Fatalf("status after camera loss %+v", st)
+	}
+	h.sup.DeviceState("camera", true, nil)
+	h.waitFor("device_back", 2*time.Second, isLifecycle("device_back"))
+	if st := h.sup.Status(); !st.CameraOn || st.Devices["camera"] != "ok" {
+		t.Fatalf("status after camera back %+v", st)
+	}
+}
+
+// staticFrames is a camera that always has the same small JPEG.
+type staticFrames struct{}
+
+func (staticFrames) Latest() ([]byte, bool) { return tinyJPEG, true }
+
+// tinyJPEG is a valid 8×8 JPEG (gray).
+var tinyJPEG = func() []byte {
+	var b bytes.Buffer
+	jpeg.Encode(&b, image.NewGray(image.Rect(0, 0, 8, 8)), nil)
+	return b.Bytes()
+}()
+
+// mode=video: each chunk carries frames_per_chunk frames; with the camera off, none.
+func TestVideoFrames(t *testing.T) {
+	h := newHarness(t, setup{frames: staticFrames{}, cfg: agent.Config{FramesPerChunk: 2}})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(400 * time.Millisecond)
+	h.sup.Camera(false)
+	time.Sleep(100 * time.Millisecond)
+	n := len(h.sim.Sessions()[0].Appends)
+	time.Sleep(400 * time.Millisecond)
+	h.stop()
+	appends := h.sim.Sessions()[0].Appends
+	if n < 2 || len(appends) < n+2 {
+		t.Fatalf("%d chunks before, %d after", n, len(appends))
+	}
+	for i, a := range appends[:n-1] {
+		if len(a.Frames) != 2 || a.Frames[0].Width != 8 {
+			t.Fatalf("chunk %d: %d frames %+v, want 2", i, len(a.Frames), a.Frames)
+		}
+	}
+	for i, a := range appends[n+1:] {
+		if len(a.Frames) != 0 {
+			t.Fatalf("chunk %d after camera off has %d frames", n+1+i, len(a.Frames))
+		}
+	}
+	h.noRejections()
+}

@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+)
+
+// Policy says when the agent holds a session with the server.
+type Policy string
+
+const (
+	// PolicyAlways connects at start and keeps a session forever: the kiosk default.
+	PolicyAlways Policy = "always"
+	// PolicyOnDemand starts a session on a command and ends it after IdleTimeout without speech.
+	PolicyOnDemand Policy = "on_demand"
+	// PolicyVoice starts a session when local voice activity is heard; the pre-roll before the
+	// session was ready is sent first, so the first words are not lost.
+	PolicyVoice Policy = "voice"
+)
+
+// Config is the `session:` section of the configuration file.
+type Config struct {
+	Policy Policy `yaml:"policy"`
+	// Chunk is the audio sent per input.append: 250 ms to 1 s.
+	Chunk time.Duration `yaml:"chunk"`
+	// FramesPerChunk is how many camera frames ride on each chunk in mode=video (evenly spaced).
+	FramesPerChunk int `yaml:"frames_per_chunk"`
+	// MaxLag bounds unsent audio while connected: older audio is dropped (and counted) so the
+	// conversation stays live when the link falls behind.
+	MaxLag time.Duration `yaml:"max_lag"`
+	// ReconnectBuffer is how much audio captured while (re)connecting is kept and sent first.
+	ReconnectBuffer time.Duration `yaml:"reconnect_buffer"`
+	// PreRoll is the audio kept before speech starts a session (policy voice).
+	PreRoll time.Duration `yaml:"pre_roll"`
+	// IdleTimeout ends an on_demand or voice session after this long with no speech either way.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+
+	BackoffMin time.Duration `yaml:"backoff_min"`
+	BackoffMax time.Duration `yaml:"backoff_max"`
+
+	// ContextLimit is the server's kv cache size; the agent rolls over ContextMargin tokens before.
+	ContextLimit  int `yaml:"context_limit"`
+	ContextMargin int `yaml:"context_margin"`
+	// TimeLimit is the server's session limit (0: 300 s for video, 600 s for audio); the agent rolls
+	// over TimeMargin before it.
+	TimeLimit  time.Duration `yaml:"time_limit"`
+	TimeMargin time.Duration `yaml:"time_margin"`
+	// Overlap opens the next session before closing the old one. Turn it off for servers with a
+	// single worker, where the next session would wait behind the old one.
+	Overlap *bool `yaml:"overlap"`
+	// SwitchWait bounds how long a ready next session waits for the model to be listening.
+	SwitchWait time.Duration `yaml:"switch_wait"`
+
+	// CarryOver adds a bounded summary of the conversation to the next session's instructions.
+	CarryOver      *bool `yaml:"carry_over"`
+	CarryOverChars int   `yaml:"carry_over_chars"`
+
+	// ListenGrace is the reply audio still played after the model switches to listening, beyond
+	// the last delta: audio generated further ahead than this is dropped (see README).
+	ListenGrace time.Duration `yaml:"listen_grace"`
+
+	// VADThreshold is the local voice detector's level in dBFS (policy voice, idle detection).
+	VADThreshold float64 `yaml:"vad_threshold_dbfs"`
+}
+
+// WithDefaults fills in every unset field.
+func (c Config) WithDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Policy == "" {
+		c.Policy = PolicyAlways
+	}
+	def(&c.Chunk, time.Second)
+	if c.FramesPerChunk == 0 {
+		c.FramesPerChunk = 1
+	}
+	def(&c.MaxLag, 2*time.Second)
+	def(&c.ReconnectBuffer, 3*time.Second)
+	def(&c.PreRoll, time.Second)
+	def(&c.IdleTimeout, 30*time.Second)
+	def(&c.BackoffMin, time.Second)
+	def(&c.BackoffMax, 30*time.Second)
+	if c.ContextLimit == 0 {
+		c.ContextLimit = 8192
+	}
+	if c.ContextMargin == 0 {
+		c.ContextMargin = 1024
+	}
+	def(&c.TimeMargin, 20*time.Second)
+	def(&c.SwitchWait, 15*time.Second)
+	if c.Overlap == nil {
+		c.Overlap = ptr(true)
+	}
+	if c.CarryOver == nil {
+		c.CarryOver = ptr(true)
+	}
+	if c.CarryOverChars == 0 {
+		c.CarryOverChars = 1200
+	}
+	def(&c.ListenGrace, 250*time.Millisecond)
+	if c.VADThreshold == 0 {
+		c.VADThreshold = -40
+	}
+	return c
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Validate names the first field that cannot work, with its path under "session.".
+func (c Config) Validate() error {
+	switch c.Policy {
+	case PolicyAlways, PolicyOnDemand, PolicyVoice:
+	default:
+		return fmt.Errorf("session.policy: %q is not one of always, on_demand, voice", c.Policy)
+	}
+	if c.Chunk < 250*time.Millisecond || c.Chunk > time.Second {
+		return fmt.Errorf("session.chunk: %v is outside 250ms..1s", c.Chunk)
+	}
+	if c.FramesPerChunk < 0 || c.FramesPerChunk > 10 {
+		return fmt.Errorf("session.frames_per_chunk: %d is outside 0..10", c.FramesPerChunk)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"max_lag", c.MaxLag}, {"reconnect_buffer", c.ReconnectBuffer}, {"pre_roll", c.PreRoll}, {"idle_timeout", c.IdleTimeout},
+		{"backoff_min", c.BackoffMin}, {"backoff_max", c.BackoffMax}, {"time_margin", c.TimeMargin}, {"switch_wait", c.SwitchWait}} {
+		if d.v < 0 {
+			return fmt.Errorf("session.%s: %v is negative", d.name, d.v)
+		}
+	}
+	if c.MaxLag < c.Chunk {
+		return fmt.Errorf("session.max_lag: %v is shorter than one chunk (%v)", c.MaxLag, c.Chunk)
+	}
+	if c.BackoffMax < c.BackoffMin {
+		return fmt.Errorf("session.backoff_max: %v is shorter than backoff_min %v", c.BackoffMax, c.BackoffMin)
+	}
+	if c.ContextLimit < 512 || c.ContextMargin < 0 || c.ContextMargin >= c.ContextLimit {
+		return fmt.Errorf("session.context_margin: %d must be between 0 and context_limit %d (≥ 512)", c.ContextMargin, c.ContextLimit)
+	}
+	if c.TimeLimit < 0 || (c.TimeLimit > 0 && c.TimeMargin >= c.TimeLimit) {
+		return fmt.Errorf("session.time_margin: %v must be shorter than time_limit %v", c.TimeMargin, c.TimeLimit)
+	}
+	if c.CarryOverChars < 0 || c.CarryOverChars > 20000 {
+		return fmt.Errorf("session.carry_over_chars: %d is outside 0..20000", c.CarryOverChars)
+	}
+	if c.VADThreshold > 0 || c.VADThreshold < -100 {
+		return fmt.Errorf("session.vad_threshold_dbfs: %v is outside -100..0", c.VADThreshold)
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/omnisat/omnisat/agent"
+	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/realtime"
+)
+
+// newServer serves an on_demand agent (it dials nothing until told to) on a socket in a temp dir.
+func newServer(t *testing.T) (string, *agent.Supervisor) {
+	t.Helper()
+	spk := devices.NewFileSpeaker("", 24000)
+	t.Cleanup(func() { spk.Close() })
+	sup, err := agent.New(agent.Options{
+		Config: agent.Config{Policy: agent.PolicyOnDemand},
+		Server: realtime.Config{URL: "ws://127.0.0.1:1/v1/realtime", Mode: realtime.ModeAudio},
+		Audio:  devices.NewPacedSource(make([]float32, 16000), 16000, true, 1), Speaker: spk,
+		Dial: func(context.Context, realtime.Config) (realtime.Session, error) {
+			return nil, errors.New("no server in this test")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "run", "control.sock")
+	srv, err := Listen(path, sup, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx); close(done) }()
+	go sup.Run(ctx)
+	t.Cleanup(func() { cancel(); <-done })
+	return path, sup
+}
+
+func TestCommands(t *testing.T) {
+	path, _ := newServer(t)
+	ctx := context.Background()
+	resp, err := Call(ctx, path, Request{Cmd: "status"})
+	if err != nil || !resp.OK || resp.Status.State != agent.StateIdle || resp.Status.Policy != agent.PolicyOnDemand {
+		t.Fatalf("status: %v %+v", err, resp)
+	}
+	resp, err = Call(ctx, path, Request{Cmd: "mute", Arg: "on"})
+	if err != nil || !resp.OK || !resp.Status.Muted {
+		t.Fatalf("mute: %v %+v", err, resp)
+	}
+	for _, tt := range []struct {
+		req  Request
+		want string
+	}{
+		{Request{Cmd: "dance"}, `unknown command "dance"`},
+		{Request{}, "no cmd"},
+		{Request{Cmd: "mute", Arg: "loud"}, `"loud" is not on or off`},
+		{Request{Cmd: "say"}, "say: no text"},
+		{Request{Cmd: "ask", Text: "what?", Snapshot: true}, "no camera"},
+	} {
+		resp, err := Call(ctx, path, tt.req)
+		if err != nil || resp.OK || !strings.Contains(resp.Error, tt.want) {
+			t.Errorf("%+v: %v %+v, want error %q", tt.req, err, resp, tt.want)
+		}
+	}
+	info, err := os.Stat(path)
+	if err != nil || info.Mode().Perm() != 0o660 {
+		t.Fatalf("socket mode %v, %v", info.Mode().Perm(), err)
+	}
+}
+
+// Bad bytes on the socket get an error line, and the server keeps serving.
+func TestBadRequests(t *testing.T) {
+	path, _ := newServer(t)
+	for _, raw := range []string{"{not json\n", strings.Repeat("x", maxRequest+10) + "\n", "\n", `{"cmd":5}` + "\n"} {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write([]byte(raw))
+		buf := make([]byte, 4096)
+		n, _ := c.Read(buf)
+		c.Close()
+		if !strings.Contains(string(buf[:n]), `"ok":false`) {
+			t.Errorf("%.20q: answer %q", raw, buf[:n])
+		}
+	}
+	if resp, err := Call(context.Background(), path, Request{Cmd: "status"}); err != nil || !resp.OK {
+		t.Fatalf("server stopped serving: %v", err)
+	}
+}
+
+func TestSocketInUse(t *testing.T) {
+	path, sup := newServer(t)
+	if _, err := Listen(path, sup, nil); err == nil || !strings.Contains(err.Error(), "already listening") {
+		t.Fatalf("second listener: %v", err)
+	}
+	if _, err := Call(context.Background(), filepath.Join(t.TempDir(), "none.sock"), Request{Cmd: "status"}); err == nil || !strings.Contains(err.Error(), "is omnisat running") {
+		t.Fatalf("missing socket: %v", err)
+	}
+}

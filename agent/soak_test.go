@@ -1,0 +1,188 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/omnisat/omnisat/agent"
+	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/realtime"
+	"github.com/omnisat/omnisat/realtime/realtimetest"
+)
+
+// BenchmarkSoakRollover runs the agent through many planned rollovers in compressed time against a
+// simulator in its own process (so the CPU figure is the agent's alone) and reports what must not
+// grow — goroutines, heap, open files — and what it costs: CPU per second of media, and how long
+// from a rollover's start until audio flows in the new session.
+//
+//	go test -run '^$' -bench SoakRollover -benchtime 1x ./agent
+func BenchmarkSoakRollover(b *testing.B) {
+	const rollovers = 40
+	url := startSimulatorProcess(b, "--workers", "2")
+	for range b.N {
+		soak(b, url, rollovers)
+	}
+}
+
+func soak(b *testing.B, url string, rollovers int) {
+	source := devices.NewPacedSource(ramp(16000*600), 16000, true, 8)
+	speaker := devices.NewFileSpeaker("", 24000)
+	defer speaker.Close()
+	sup, err := agent.New(agent.Options{
+		Config: agent.Config{Chunk: 250 * time.Millisecond, TimeLimit: 900 * time.Millisecond, TimeMargin: 300 * time.Millisecond,
+			BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond},
+		Server: realtime.Config{URL: url, Mode: realtime.ModeAudio, Init: realtime.Init{Instructions: "soak"}},
+		Audio:  source, Speaker: speaker,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	events, _ := sup.Subscribe(100000)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+
+	runtime.GC()
+	goroutines0, heap0, fds0 := runtime.NumGoroutine(), heapInUse(), openFiles()
+	cpu0 := cpuTime()
+	go func() { done <- sup.Run(ctx) }()
+
+	n := 0
+	timeout := time.After(time.Duration(rollovers) * 3 * time.Second)
+	var firstListening time.Time
+	for n < rollovers {
+		select {
+		case ev := <-events:
+			switch ev := ev.(type) {
+			case agent.StateChanged:
+				if firstListening.IsZero() && ev.Status.State == agent.StateListening {
+					firstListening = time.Now()
+				}
+			case agent.Lifecycle:
+				switch ev.Kind {
+				case "rollover":
+					n++
+				case "session_ended", "reconnect", "error":
+					b.Fatalf("unplanned %s during soak: %s", ev.Kind, ev.Reason)
+				}
+			}
+		case <-timeout:
+			b.Fatalf("only %d rollovers; status %+v", n, sup.Status())
+		}
+	}
+	st := sup.Status()
+	sent := st.ChunksSent
+	cpu := cpuTime() - cpu0
+	wall := time.Since(firstListening)
+	cancel()
+	<-done
+	time.Sleep(200 * time.Millisecond) // let closers and the GC settle
+	runtime.GC()
+	goroutines1, heap1, fds1 := runtime.NumGoroutine(), heapInUse(), openFiles()
+	runtime.KeepAlive(source) // its samples count in both heap figures
+
+	media := float64(sent) * 0.25
+	b.ReportMetric(float64(n), "rollovers")
+	b.ReportMetric(float64(cpu.Milliseconds())/media, "cpu-ms/s-media")
+	b.ReportMetric(media/wall.Seconds(), "media-s/wall-s")
+	b.ReportMetric(float64(goroutines0), "goroutines-before")
+	b.ReportMetric(float64(goroutines1), "goroutines-after")
+	b.ReportMetric(float64(heap0)/1024, "heap-KiB-before")
+	b.ReportMetric(float64(heap1)/1024, "heap-KiB-after")
+	b.ReportMetric(float64(fds0), "fds-before")
+	b.ReportMetric(float64(fds1), "fds-after")
+	b.ReportMetric(float64(st.ChunksDropped), "chunks-dropped")
+	if goroutines1 > goroutines0+2 || fds1 > fds0+2 {
+		b.Errorf("leak: goroutines %d→%d, open files %d→%d", goroutines0, goroutines1, fds0, fds1)
+	}
+	if st.ChunksDropped != 0 {
+		b.Errorf("%d chunks dropped across planned rollovers", st.ChunksDropped)
+	}
+}
+
+// BenchmarkRolloverGap measures, on the simulator's side, how long audio stops flowing at a
+// planned rollover: the time between the last chunk the old session received and the first the
+// new one did, against the normal spacing of chunks.
+func BenchmarkRolloverGap(b *testing.B) {
+	for range b.N {
+		h := newHarness(b, setup{speed: 1, sim: realtimetest.Options{Workers: 2},
+			cfg: agent.Config{TimeLimit: 1500 * time.Millisecond, TimeMargin: 500 * time.Millisecond}})
+		deadline := time.Now().Add(20 * time.Second)
+		for len(h.sim.Sessions()) < 6 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		h.stop()
+		recs := h.sim.Sessions()
+		var gaps, firsts []time.Duration
+		for i := 1; i < len(recs)-1; i++ {
+			prev, next := recs[i-1].Appends, recs[i].Appends
+			if len(prev) == 0 || len(next) == 0 {
+				continue
+			}
+			gaps = append(gaps, next[0].At.Sub(prev[len(prev)-1].At))
+			firsts = append(firsts, next[0].At.Sub(recs[i].ConnectedAt))
+		}
+		if len(gaps) == 0 {
+			b.Fatal("no rollovers measured")
+		}
+		sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+		sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
+		b.ReportMetric(float64(gaps[len(gaps)/2].Microseconds())/1000, "chunk-gap-ms-p50")
+		b.ReportMetric(float64(gaps[len(gaps)-1].Microseconds())/1000, "chunk-gap-ms-max")
+		b.ReportMetric(float64(firsts[len(firsts)/2].Microseconds())/1000, "connect-to-audio-ms-p50")
+		h.sim.Close()
+	}
+}
+
+// startSimulatorProcess builds omnisat and runs `omnisat simulate` as a child process.
+func startSimulatorProcess(b *testing.B, args ...string) string {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), "omnisat")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/omnisat")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build omnisat: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, append([]string{"simulate", "--listen", "127.0.0.1:0"}, args...)...)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		b.Fatalf("simulator: %v", err)
+	}
+	i := strings.Index(line, "ws://")
+	if i < 0 {
+		b.Fatalf("simulator said %q", line)
+	}
+	return strings.TrimSpace(line[i:])
+}
+
+func heapInUse() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+func openFiles() int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(entries)
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
