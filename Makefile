@@ -1,0 +1,32 @@
+# omnisat: `make demo` shows it working, `make test` runs every test. Both install what they need.
+GO      ?= go
+BIN     ?= bin/omnisat
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+
+.PHONY: all deps build test demo bench fuzz clean
+
+all: build
+
+## deps: install the system packages and Go modules (apt-get; root or sudo)
+deps:
+	@scripts/deps.sh
+
+## build: the omnisat binary in bin/
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/omnisat
+
+## test: formatting, vet, all tests with -race, and a short fuzz run per decoder
+test: deps
+	@scripts/test.sh
+
+## demo: start the simulator and talk to it
+demo: deps build
+	@scripts/demo.sh $(BIN)
+
+## bench: the benchmarks, with memory figures
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,105 @@
+// Command omnisat is the satellite service and its tools. This file is the single wiring point:
+// it reads the command line, builds the subsystems and runs them.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// version is stamped at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+// Exit codes, documented in the README.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the server, the link or a file failed; trying again may work
+	exitUsage   = 2 // unknown command or flag, missing argument
+	exitConfig  = 3 // the server refused our settings (mode, auth, dialect): fix the configuration
+)
+
+// command is one subcommand.
+type command struct {
+	summary string
+	run     func(ctx context.Context, env *cliEnv, args []string) int
+}
+
+// cliEnv is what a subcommand may touch: its streams, the environment, the process's name.
+type cliEnv struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"version":  {"print the version", runVersion},
+		"simulate": {"run the protocol-faithful model server simulator", runSimulate},
+		"chat":     {"one turn-based request: print the reply (optionally save its speech)", runChat},
+		"run":      {"run the agent in the foreground with a configuration file", runRun},
+		"ctl":      {"drive a running agent through its control socket", runCtl},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, env *cliEnv) int {
+	cmds := commands()
+	if len(args) == 0 {
+		usage(env.stderr, cmds)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "--help", "help":
+		usage(env.stdout, cmds)
+		return exitOK
+	case "-v", "--version":
+		name = "version"
+	}
+	cmd, ok := cmds[name]
+	if !ok {
+		fmt.Fprintf(env.stderr, "omnisat: unknown command %q\n\n", name)
+		usage(env.stderr, cmds)
+		return exitUsage
+	}
+	return cmd.run(ctx, env, args[1:])
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: omnisat <command> [flags] [args]\n\ncommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-10s %s\n", n, cmds[n].summary)
+	}
+	b.WriteString("\n'omnisat <command> -h' shows a command's flags.\n")
+	fmt.Fprint(w, b.String())
+}
+
+func runVersion(_ context.Context, env *cliEnv, args []string) int {
+	fs := newFlagSet("version", env, "")
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(env.stderr, "omnisat version: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	fmt.Fprintf(env.stdout, "omnisat %s\n", version)
+	return exitOK
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/omnisat/omnisat/realtime/realtimetest"
+)
+
+func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
+	fs := newFlagSet("simulate", env, "")
+	listen := fs.String("listen", "127.0.0.1:8765", "address to listen on (port 0 picks a free one)")
+	dialect := fs.String("dialect", "current", "dialect to speak: current, legacy or openvoice")
+	var o realtimetest.Options
+	fs.IntVar(&o.Workers, "workers", 1, "sessions served at once; more clients wait in the queue")
+	fs.IntVar(&o.MaxQueue, "max-queue", 8, "clients allowed to wait; beyond that: queue_full and close 1013 (-1: none may wait)")
+	fs.DurationVar(&o.QueueUpdateInterval, "queue-update", 0, "session.queue_update period (default 3s)")
+	fs.DurationVar(&o.VideoLimit, "video-limit", 0, "mode=video session limit from worker assignment (default 300s)")
+	fs.DurationVar(&o.AudioLimit, "audio-limit", 0, "mode=audio session limit from worker assignment (default 600s)")
+	fs.IntVar(&o.ContextLimit, "context-limit", 0, "kv cache limit in tokens (default 8192)")
+	fs.IntVar(&o.TokensPerAudioSecond, "tokens-per-second", 0, "kv cache growth per second of audio (default 25)")
+	fs.DurationVar(&o.StepDelay, "step-delay", 0, "simulated model time per step (a slow GPU takes ~1s per 1s chunk)")
+	fs.BoolVar(&o.ChatDisabled, "chat-disabled", false, "refuse mode=chat with close 1008")
+	fs.IntVar(&o.OpenVoiceTTSRate, "tts-rate", 0, "OpenVoice TTS audio sample rate (default 24000)")
+	var faults stringList
+	fs.Var(&faults, "fault", "arm a fault (repeatable): drop, stall, invalid-json, oversize, bad-delta, close, refuse; options after ':' e.g. close:reason=timeout,after=3 or refuse:count=2,code=queue_full")
+	verbose := fs.Bool("v", false, "log every connection and protocol violation")
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(env.stderr, "omnisat simulate: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	o.Dialect = realtimetest.Dialect(*dialect)
+	for _, spec := range faults {
+		f, err := realtimetest.ParseFault(spec)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "omnisat simulate: --fault: %v\n", err)
+			return exitUsage
+		}
+		o.Faults = append(o.Faults, f)
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	o.Logger = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
+
+	srv, err := realtimetest.Listen(*listen, o)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "omnisat simulate: %v\n", err)
+		return exitUsage
+	}
+	// The URL goes to stdout alone on a line so scripts can read it.
+	fmt.Fprintf(env.stdout, "simulator (%s dialect) listening on %s\n", o.Dialect, srv.URL())
+	<-ctx.Done()
+	srv.Close()
+	return exitOK
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, vet, every test with the race detector, then a short fuzzing
+# run of every decoder of outside input. FUZZTIME (default 8s) sets the time per fuzz target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fuzztime="${FUZZTIME:-8s}"
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:" $unformatted >&2
+	exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 10m ./...
+
+echo "== fuzz ($fuzztime per target)"
+for pkg in $(go list ./...); do
+	for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+		echo "-- $pkg $target"
+		go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"
+	done
+done
