@@ -39,16 +39,16 @@ type session struct {
 	faultWake chan struct{}
 	fired     map[*armedFault]bool
 
-	state        sessState
+	state sessState
 	// contextFullAt is when session.closed{context_full} went out (legacy, socket left open).
 	contextFullAt time.Time
-	done         bool
-	endReason    string
-	closeCode    int
-	closeText    string
-	clientClosed bool // the client sent session.close: anything after it is a violation
-	assigned     bool
-	limit        *time.Timer
+	done          bool
+	endReason     string
+	closeCode     int
+	closeText     string
+	clientClosed  bool // the client sent session.close: anything after it is a violation
+	assigned      bool
+	limit         *time.Timer
 
 	sid      string
 	accepted int // accepted input chunks (chat: input.append; OpenVoice: binary frames)
