@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -435,7 +436,8 @@ func (s *session) readError(err error) *Error {
 		return &Error{Class: ClassRetryable, Code: CodeDeadLink, Err: err,
 			Message: fmt.Sprintf("no data or pong from %s for %v: the link is dead", where, s.cfg.DeadLinkTimeout)}
 	}
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
 		return &Error{Class: ClassRetryable, Code: CodeLinkLost, Err: err,
 			Message: fmt.Sprintf("connection to %s was cut", where)}
 	}
