@@ -1,0 +1,357 @@
+// Package camera is omnisat's camera: it reads a V4L2 webcam, a CSI camera through a GStreamer
+// pipeline, a stream URL or a video file with OpenCV, and keeps the newest frame encoded as a
+// JPEG (pipeline/jpeg) for the agent to take (agent.FrameSource).
+//
+// One goroutine owns the OpenCV capture. It grabs every frame the source delivers, so that
+// the camera's queue never holds stale images, but decodes and encodes only EncodeFPS of them
+// a second. When the camera is lost it reports so once, and reopens it with exponential backoff
+// until it is back. See README.md in this folder.
+package camera
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"gocv.io/x/gocv"
+
+	"github.com/omnisat/omnisat/pipeline/jpeg"
+)
+
+// closeWait bounds how long Close (and a cancelled Open) waits for the grabber. The grabber
+// only blocks inside OpenCV (a V4L2 read gives up after 10 s, an RTSP read after 30 s); if it
+// is stuck there Close returns, and the grabber releases the device when OpenCV returns.
+const closeWait = 3 * time.Second
+
+// Camera is an open camera. Latest may be called from any goroutine.
+type Camera struct {
+	cfg     Config
+	src     source
+	log     *slog.Logger
+	onState func(ok bool, err error)
+
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the grabber has released everything
+
+	mu      sync.Mutex
+	latest  []byte
+	at      time.Time
+	closed  bool
+	staleIn time.Duration
+
+	up bool // grabber goroutine only: the state last reported
+}
+
+// Open opens the camera in cfg and waits for its first frame, so that Latest has one when Open
+// returns. ctx bounds the camera's whole life: cancelling it stops the grabber as Close does.
+//
+// onState (may be nil) is called from the grabber goroutine when the camera comes up (first
+// with ok=true once Open succeeds) and when it is lost (ok=false, with the error, once per
+// loss, not per retry). It must not block for long. log may be nil.
+func Open(ctx context.Context, cfg Config, onState func(ok bool, err error), log *slog.Logger) (*Camera, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("open camera %q: %w", cfg.Source, err)
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("open camera %q: %w", cfg.Source, context.Cause(ctx))
+	}
+	cfg = cfg.WithDefaults()
+	src, _ := parseSource(cfg.Source) // checked by Validate
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if onState == nil {
+		onState = func(bool, error) {}
+	}
+	enc, err := jpeg.NewEncoder(cfg.jpegOptions())
+	if err != nil {
+		return nil, fmt.Errorf("open camera %q: %w", cfg.Source, err)
+	}
+	interval := time.Duration(float64(time.Second) / cfg.EncodeFPS)
+	ctx, cancel := context.WithCancel(ctx)
+	c := &Camera{
+		cfg:     cfg,
+		src:     src,
+		log:     log.With("camera", cfg.Source),
+		onState: onState,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		staleIn: max(3*time.Second, 3*interval),
+	}
+	ready := make(chan error, 1)
+	go c.run(ctx, enc, interval, ready)
+	select {
+	case err := <-ready:
+		if err != nil {
+			cancel()
+			<-c.done
+			return nil, err
+		}
+		return c, nil
+	case <-ctx.Done():
+		err := c.Close()
+		return nil, errors.Join(fmt.Errorf("open camera %q: %w", cfg.Source, context.Cause(ctx)), err)
+	}
+}
+
+// Latest returns the newest JPEG frame, or ok=false when there is none: the camera is lost,
+// closed, or has delivered nothing for a while (3 encode intervals, at least 3 s). The bytes
+// are shared with other callers and must not be modified.
+func (c *Camera) Latest() ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.latest == nil || time.Since(c.at) > c.staleIn {
+		return nil, false
+	}
+	return c.latest, true
+}
+
+// Close stops the grabber and releases the camera. It waits at most a few seconds for a
+// grabber stuck inside OpenCV, and returns an error saying so. Closing twice is harmless.
+func (c *Camera) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.latest = nil
+	c.mu.Unlock()
+	c.cancel()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("close camera %q: still blocked in OpenCV after %v; it will be released when OpenCV returns", c.cfg.Source, closeWait)
+	}
+}
+
+func (c *Camera) publish(b []byte, at time.Time) {
+	c.mu.Lock()
+	if !c.closed || b == nil {
+		c.latest, c.at = b, at
+	}
+	c.mu.Unlock()
+}
+
+// report tells onState about a change of state, once.
+func (c *Camera) report(ok bool, err error) {
+	if ok == c.up {
+		return
+	}
+	c.up = ok
+	if ok {
+		c.log.Info("camera up")
+	} else {
+		c.publish(nil, time.Time{})
+		c.log.Warn("camera lost; reopening with backoff", "err", err)
+	}
+	c.onState(ok, err)
+}
+
+// run is the grabber goroutine: it owns the capture, the frame Mat and the encoder.
+// ready gets the result of the first attempt; later losses are retried with backoff.
+func (c *Camera) run(ctx context.Context, enc *jpeg.Encoder, interval time.Duration, ready chan<- error) {
+	defer close(c.done)
+	defer c.publish(nil, time.Time{}) // stopped: no frame
+	defer enc.Close()
+	frame := gocv.NewMat()
+	defer frame.Close()
+
+	backoff := c.cfg.Retry
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			c.log.Debug("reopening camera", "in", backoff)
+			if !sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, c.cfg.RetryMax)
+		}
+		wasUp := false
+		err := c.session(ctx, enc, &frame, interval, func() {
+			wasUp = true
+			backoff = c.cfg.Retry
+			if ready != nil {
+				ready <- nil
+				ready = nil
+			}
+			c.report(true, nil)
+		})
+		if ctx.Err() != nil {
+			if ready != nil {
+				ready <- fmt.Errorf("open camera %q: %w", c.src.name, context.Cause(ctx))
+			}
+			return
+		}
+		if ready != nil { // the first attempt failed: Open returns the error
+			ready <- err
+			return
+		}
+		if wasUp {
+			c.report(false, err)
+		} else {
+			c.log.Debug("camera still unavailable", "err", err)
+		}
+	}
+}
+
+// session opens the source and streams from it until it fails or ctx ends. up is called after
+// the first frame has been published.
+func (c *Camera) session(ctx context.Context, enc *jpeg.Encoder, frame *gocv.Mat, interval time.Duration, up func()) error {
+	cp, err := c.open()
+	if err != nil {
+		return fmt.Errorf("open camera %q: %w", c.src.name, err)
+	}
+	defer func() { cp.close() }()
+
+	var pace *pacer
+	if c.src.kind == kindFile {
+		fps := cp.get(propFPS)
+		if !(fps > 0 && fps <= 1000) {
+			c.log.Warn("video file reports no usable frame rate; playing at 30 fps", "fps", fps)
+			fps = 30
+		}
+		pace = newPacer(fps)
+	}
+	var next time.Time // when the next frame is to be encoded; zero: at once
+	first := true
+	grabbed := 0 // since the capture was (re)opened
+	for {
+		if pace != nil && !pace.wait(ctx) {
+			return ctx.Err()
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		ok, err := cp.grab()
+		if err != nil {
+			return fmt.Errorf("read camera %q: %w", c.src.name, err)
+		}
+		if !ok {
+			if c.src.kind == kindFile && grabbed > 0 {
+				// End of the file: play it again. Reopening (rather than seeking) notices a file
+				// that has been deleted or replaced.
+				cp.close()
+				if cp, err = c.open(); err != nil {
+					return fmt.Errorf("reopen camera %q to loop: %w", c.src.name, err)
+				}
+				grabbed = 0
+				continue
+			}
+			return fmt.Errorf("read camera %q: no frame (end of stream, or the device is gone)", c.src.name)
+		}
+		grabbed++
+		now := time.Now()
+		if now.Before(next) {
+			continue // drop it undecoded
+		}
+		if err := cp.retrieve(frame); err != nil {
+			return fmt.Errorf("decode frame from camera %q: %w", c.src.name, err)
+		}
+		b, err := enc.Encode(*frame)
+		if err != nil {
+			return fmt.Errorf("camera %q: %w", c.src.name, err)
+		}
+		c.publish(b, now)
+		if first {
+			first = false
+			up()
+		}
+		// Keep to the rate on average (the next due time moves by whole intervals), without
+		// bursts after a stall.
+		if next = next.Add(interval); next.Before(now) {
+			next = now.Add(interval)
+		}
+	}
+}
+
+// open opens the source and asks for the configured mode. The error does not name the source.
+func (c *Camera) open() (*capture, error) {
+	// OpenCV only says "could not open": find the plain reason first.
+	switch c.src.kind {
+	case kindFile, kindDevice:
+		if _, err := os.Stat(c.src.uri); err != nil {
+			return nil, err
+		}
+	case kindIndex:
+		if runtime.GOOS == "linux" {
+			if _, err := os.Stat(fmt.Sprintf("/dev/video%d", c.src.index)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	cp, err := openCapture(c.src)
+	if err != nil {
+		return nil, err
+	}
+	if c.src.kind == kindFile {
+		return cp, nil
+	}
+	for _, s := range []struct {
+		name string
+		prop int
+		v    float64
+	}{
+		{"width", propFrameWidth, float64(c.cfg.Width)},
+		{"height", propFrameHeight, float64(c.cfg.Height)},
+		{"fps", propFPS, c.cfg.FPS},
+		{"buffer size", propBufferSize, 1},
+	} {
+		if s.v > 0 && !cp.set(s.prop, s.v) {
+			c.log.Debug("camera ignored a setting", "setting", s.name, "value", s.v)
+		}
+	}
+	c.log.Info("camera opened", "width", cp.get(propFrameWidth), "height", cp.get(propFrameHeight), "fps", cp.get(propFPS))
+	return cp, nil
+}
+
+// pacer releases frames of a file at its frame rate: frame n is due at start + n/fps, counted
+// against the clock, so that sleeping late does not add up to drift.
+type pacer struct {
+	period time.Duration
+	start  time.Time
+	n      int64
+	timer  *time.Timer
+}
+
+func newPacer(fps float64) *pacer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &pacer{period: time.Duration(math.Round(float64(time.Second) / fps)), start: time.Now(), timer: t}
+}
+
+// wait blocks until the next frame is due; false when ctx ended first.
+func (p *pacer) wait(ctx context.Context) bool {
+	due := p.start.Add(time.Duration(p.n) * p.period)
+	now := time.Now()
+	if now.Sub(due) > time.Second { // far behind (a stall): start counting again
+		p.start, p.n, due = now, 0, now
+	}
+	p.n++
+	if d := due.Sub(now); d > 0 {
+		p.timer.Reset(d)
+		select {
+		case <-p.timer.C:
+		case <-ctx.Done():
+			p.timer.Stop()
+			return false
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// sleep waits for d; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

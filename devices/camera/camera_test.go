@@ -1,0 +1,449 @@
+package camera
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"image"
+	stdjpeg "image/jpeg"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The camera is what the agent takes frames from (agent.FrameSource); the agent is not
+// imported here so that this cgo package's tests do not depend on it.
+var _ interface{ Latest() ([]byte, bool) } = (*Camera)(nil)
+
+// requireFFmpeg skips the test without ffmpeg, or fails it on CI where it must be installed.
+func requireFFmpeg(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("ffmpeg not installed: run make deps")
+		}
+		t.Skip("ffmpeg not installed: run make deps")
+	}
+}
+
+// makeVideo writes an H.264 test-pattern video (a moving pattern with a frame counter) and
+// returns its path. It writes to a temporary name first, so that a camera polling path never
+// opens a half-written file.
+func makeVideo(t testing.TB, path string, w, h int, fps int, seconds float64) string {
+	t.Helper()
+	requireFFmpeg(t)
+	tmp := path + ".part.mp4"
+	out, err := exec.Command("ffmpeg", "-hide_banner", "-loglevel", "error", "-y",
+		"-f", "lavfi", "-i", fmt.Sprintf("testsrc=size=%dx%d:rate=%d", w, h, fps),
+		"-t", fmt.Sprint(seconds), "-pix_fmt", "yuv420p", tmp).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ffmpeg: %v\n%s", err, out)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// stateLog records onState calls.
+type stateLog struct {
+	mu     sync.Mutex
+	events []error // nil: up
+	ch     chan struct{}
+}
+
+func newStateLog() *stateLog { return &stateLog{ch: make(chan struct{}, 100)} }
+
+func (s *stateLog) on(ok bool, err error) {
+	if ok != (err == nil) {
+		err = fmt.Errorf("inconsistent onState(%v, %v)", ok, err)
+	}
+	s.mu.Lock()
+	s.events = append(s.events, err)
+	s.mu.Unlock()
+	s.ch <- struct{}{}
+}
+
+func (s *stateLog) snapshot() []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.events)
+}
+
+// waitFor waits for the n-th state event.
+func (s *stateLog) waitFor(t *testing.T, n int, within time.Duration) error {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		if ev := s.snapshot(); len(ev) >= n {
+			return ev[n-1]
+		}
+		select {
+		case <-s.ch:
+		case <-deadline:
+			t.Fatalf("no state event %d within %v (got %v)", n, within, s.snapshot())
+		}
+	}
+}
+
+func openCamera(t *testing.T, cfg Config, onState func(bool, error)) *Camera {
+	t.Helper()
+	c, err := Open(context.Background(), cfg, onState, nil)
+	if err != nil {
+		t.Fatalf("Open(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return c
+}
+
+func decodeJPEG(t *testing.T, b []byte) image.Image {
+	t.Helper()
+	img, err := stdjpeg.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the frame does not decode (%d bytes): %v", len(b), err)
+	}
+	return img
+}
+
+func TestLatestDeliversFramesAtEncodeFPS(t *testing.T) {
+	path := makeVideo(t, filepath.Join(t.TempDir(), "cam.mp4"), 640, 480, 30, 5)
+	c := openCamera(t, Config{Source: "file:" + path, MaxEdge: 320, Quality: 60, EncodeFPS: 5}, nil)
+
+	b, ok := c.Latest()
+	if !ok {
+		t.Fatal("no frame right after Open")
+	}
+	if got := decodeJPEG(t, b).Bounds().Size(); got != image.Pt(320, 240) {
+		t.Errorf("frame size %v, want 320x240", got)
+	}
+	if q := jpegQuality(b); q != 60 {
+		t.Errorf("frame quality %d, want 60", q)
+	}
+
+	// Count new frames for 2 s: about 10 at 5 per second. Loose bounds: this checks the rate
+	// is EncodeFPS and not the file's 30 fps, not the scheduler's accuracy.
+	const window = 2 * time.Second
+	changes, last := 0, b
+	for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		b, ok := c.Latest()
+		if !ok {
+			t.Fatal("Latest lost its frame while the file plays")
+		}
+		if &b[0] != &last[0] {
+			changes++
+			if bytes.Equal(b, last) {
+				t.Error("a new frame has the same bytes as the last: the video is not advancing")
+			}
+			last = b
+		}
+	}
+	if changes < 6 || changes > 14 {
+		t.Errorf("%d new frames in %v at encode_fps 5, want about 10", changes, window)
+	}
+}
+
+func TestDefaultsShrink720p(t *testing.T) {
+	path := makeVideo(t, filepath.Join(t.TempDir(), "hd.mp4"), 1280, 720, 25, 1)
+	c := openCamera(t, Config{Source: "file:" + path}, nil)
+	b, ok := c.Latest()
+	if !ok {
+		t.Fatal("no frame")
+	}
+	if got := decodeJPEG(t, b).Bounds().Size(); got != image.Pt(640, 360) {
+		t.Errorf("frame size %v, want 640x360", got)
+	}
+	if q := jpegQuality(b); q != 80 {
+		t.Errorf("frame quality %d, want the default 80", q)
+	}
+}
+
+func TestFilePlaysAtItsFrameRateAndLoops(t *testing.T) {
+	// A 0.5 s file at 10 fps, encoded at the file's own rate: in 2 s the camera must show about
+	// 20 frames (so it loops, and is paced rather than read as fast as possible).
+	path := makeVideo(t, filepath.Join(t.TempDir(), "short.mp4"), 160, 120, 10, 0.5)
+	c := openCamera(t, Config{Source: "file:" + path, EncodeFPS: 10}, nil)
+	changes, last := 0, []byte(nil)
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		b, ok := c.Latest()
+		if !ok {
+			t.Fatal("Latest lost its frame while the file loops")
+		}
+		if last == nil || &b[0] != &last[0] {
+			changes++
+			last = b
+		}
+	}
+	if changes < 12 || changes > 28 {
+		t.Errorf("%d new frames in 2 s from a looping 10 fps file, want about 20", changes)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	notVideo := filepath.Join(dir, "notes.mp4")
+	if err := os.WriteFile(notVideo, []byte("not a video"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		{"missing file", Config{Source: "file:" + filepath.Join(dir, "nope.mp4")},
+			[]string{`open camera "file:` + dir, "no such file or directory"}},
+		{"not a video", Config{Source: "file:" + notVideo},
+			[]string{`open camera "file:` + notVideo + `"`, "could not open it"}},
+		{"missing device", Config{Source: "/dev/video63"},
+			[]string{`open camera "/dev/video63"`, "no such file or directory"}},
+		{"missing index", Config{Source: "63"},
+			[]string{`open camera "63"`, "/dev/video63: no such file or directory"}},
+		{"bad pipeline", Config{Source: "nosuchelement ! appsink"},
+			[]string{`open camera "nosuchelement ! appsink"`}},
+		{"empty source", Config{}, []string{`open camera ""`, "camera.source: empty"}},
+		{"bad quality", Config{Source: "0", Quality: 101}, []string{"camera.quality: 101"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			states := newStateLog()
+			c, err := Open(context.Background(), tc.cfg, states.on, nil)
+			if err == nil {
+				c.Close()
+				t.Fatal("Open succeeded")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if ev := states.snapshot(); len(ev) != 0 {
+				t.Errorf("onState called for a camera that never opened: %v", ev)
+			}
+		})
+	}
+}
+
+func TestLostAndRecovered(t *testing.T) {
+	dir := t.TempDir()
+	path := makeVideo(t, filepath.Join(dir, "cam.mp4"), 320, 240, 30, 0.5)
+	spare := makeVideo(t, filepath.Join(dir, "spare.mp4"), 320, 240, 30, 0.5)
+	states := newStateLog()
+	c := openCamera(t, Config{Source: "file:" + path, EncodeFPS: 10, Retry: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}, states.on)
+	if err := states.waitFor(t, 1, time.Second); err != nil {
+		t.Fatalf("first state: %v, want up", err)
+	}
+
+	// The file disappears: at its end the camera cannot reopen it.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	err := states.waitFor(t, 2, 3*time.Second)
+	if err == nil {
+		t.Fatal("second state is up, want lost")
+	}
+	if want := `reopen camera "file:` + path + `" to loop`; !strings.Contains(err.Error(), want) || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("loss error %q does not say %q (and not found)", err, want)
+	}
+	if _, ok := c.Latest(); ok {
+		t.Error("Latest has a frame while the camera is lost")
+	}
+	time.Sleep(600 * time.Millisecond) // several retries: each must stay silent
+	if ev := states.snapshot(); len(ev) != 2 {
+		t.Errorf("state events while lost: %v, want exactly one loss", ev)
+	}
+
+	// It comes back.
+	if err := os.Rename(spare, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := states.waitFor(t, 3, 3*time.Second); err != nil {
+		t.Fatalf("third state: %v, want up", err)
+	}
+	b, ok := c.Latest()
+	if !ok {
+		t.Fatal("no frame after recovery")
+	}
+	decodeJPEG(t, b)
+}
+
+func TestCloseAndCancelLeakNothing(t *testing.T) {
+	path := makeVideo(t, filepath.Join(t.TempDir(), "cam.mp4"), 320, 240, 30, 1)
+	before := runtime.NumGoroutine()
+
+	c, err := Open(context.Background(), Config{Source: "file:" + path}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, ok := c.Latest(); ok {
+		t.Error("Latest has a frame after Close")
+	}
+
+	// Cancelling the context stops the grabber as Close does.
+	ctx, cancel := context.WithCancel(context.Background())
+	c, err = Open(ctx, Config{Source: "file:" + path}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case <-c.done:
+	case <-time.After(time.Second):
+		t.Fatal("the grabber did not stop when the context was cancelled")
+	}
+	if _, ok := c.Latest(); ok {
+		t.Error("Latest has a frame after the context ended")
+	}
+	c.Close()
+
+	// Open with a context that is already over fails and leaves nothing behind.
+	if _, err := Open(ctx, Config{Source: "file:" + path}, nil, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open with a cancelled context: %v", err)
+	}
+
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Source: "0"}, ""},
+		{Config{Source: "/dev/video0", Width: 1280, Height: 720, FPS: 30, EncodeFPS: 2}, ""},
+		{Config{Source: "file:x.mp4", MaxEdge: 320, Quality: 50}, ""},
+		{Config{Source: "libcamerasrc ! videoconvert ! appsink"}, ""},
+		{Config{Source: "rtsp://cam.local/stream"}, ""},
+		{Config{}, "camera.source: empty"},
+		{Config{Source: "  "}, "camera.source: empty"},
+		{Config{Source: "file:"}, `camera.source: "file:" names no file`},
+		{Config{Source: "99999999999999999999"}, "camera.source: \"99999999999999999999\" is not a usable camera index"},
+		{Config{Source: "0", Width: -1}, "camera.width: -1"},
+		{Config{Source: "0", Height: 20000}, "camera.height: 20000"},
+		{Config{Source: "0", FPS: -1}, "camera.fps: -1"},
+		{Config{Source: "0", EncodeFPS: -1}, "camera.encode_fps: -1"},
+		{Config{Source: "0", EncodeFPS: 31}, "camera.encode_fps: 31"},
+		{Config{Source: "0", MaxEdge: 8}, "camera.max_edge: 8"},
+		{Config{Source: "0", Quality: -3}, "camera.quality: -3"},
+		{Config{Source: "0", Retry: time.Millisecond}, "camera.retry: 1ms"},
+		{Config{Source: "0", Retry: time.Minute, RetryMax: time.Second}, "camera.retry_max: 1s"},
+	} {
+		err := tc.cfg.Validate()
+		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestParseSource(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want source
+	}{
+		{"0", source{name: "0", kind: kindIndex, index: 0, uri: "0", api: apiV4L2}},
+		{"12", source{name: "12", kind: kindIndex, index: 12, uri: "12", api: apiV4L2}},
+		{"/dev/video2", source{name: "/dev/video2", kind: kindDevice, uri: "/dev/video2", api: apiV4L2}},
+		{"file:/a b.mp4", source{name: "file:/a b.mp4", kind: kindFile, uri: "/a b.mp4", api: apiFFmpeg}},
+		{"v4l2src ! appsink", source{name: "v4l2src ! appsink", kind: kindOther, uri: "v4l2src ! appsink", api: apiGStreamer}},
+		{"rtsp://x/y", source{name: "rtsp://x/y", kind: kindOther, uri: "rtsp://x/y", api: apiAny}},
+	} {
+		got, err := parseSource(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("parseSource(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestPacerDoesNotDrift(t *testing.T) {
+	p := newPacer(200) // 5 ms a frame
+	start := time.Now()
+	for i := 0; i < 100; i++ {
+		if !p.wait(context.Background()) {
+			t.Fatal("wait ended early")
+		}
+		time.Sleep(time.Millisecond) // work between frames must not add up
+	}
+	// 100 frames: the last is due at 99 × 5 ms.
+	if d := time.Since(start); d < 490*time.Millisecond || d > 800*time.Millisecond {
+		t.Errorf("100 frames at 200 fps took %v, want about 0.5 s", d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p = newPacer(0.1)
+	p.wait(ctx) // the first frame is due at once
+	if p.wait(ctx) {
+		t.Error("wait with a cancelled context reported true")
+	}
+}
+
+// jpegQuality estimates the IJG quality from the first quantisation table (see pipeline/jpeg).
+func jpegQuality(b []byte) int {
+	var table []int
+	for i := 2; i+4 <= len(b) && b[i] == 0xFF && b[i+1] != 0xDA; i += 2 + int(binary.BigEndian.Uint16(b[i+2:])) {
+		if b[i+1] == 0xDB && i+69 <= len(b) {
+			for _, v := range b[i+5 : i+69] {
+				table = append(table, int(v))
+			}
+			break
+		}
+	}
+	slices.Sort(table)
+	std := []int{16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
+		14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
+		49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99}
+	for q := 1; q <= 100; q++ {
+		scale := 200 - 2*q
+		if q < 50 {
+			scale = 5000 / q
+		}
+		want := make([]int, 64)
+		for i, v := range std {
+			want[i] = min(255, max(1, (v*scale+50)/100))
+		}
+		slices.Sort(want)
+		if slices.Equal(want, table) {
+			return q
+		}
+	}
+	return 0
+}
+
+// FuzzConfigValidate: any configuration is accepted or rejected with a message naming a
+// camera.* field, never a panic.
+func FuzzConfigValidate(f *testing.F) {
+	f.Add("0", 640, 480, 30.0, 640, 80, 1.0)
+	f.Add("file:x.mp4", 0, 0, 0.0, 0, 0, 0.0)
+	f.Add("libcamerasrc ! appsink", -1, 99999, -3.5, 1, 101, 1e9)
+	f.Fuzz(func(t *testing.T, src string, w, h int, fps float64, edge, q int, efps float64) {
+		err := Config{Source: src, Width: w, Height: h, FPS: fps, MaxEdge: edge, Quality: q, EncodeFPS: efps}.Validate()
+		if err != nil && !strings.HasPrefix(err.Error(), "camera.") {
+			t.Errorf("error %q does not name a camera.* field", err)
+		}
+	})
+}
