@@ -16,15 +16,6 @@ type AudioConfig struct {
 	Loop bool `yaml:"loop"`
 }
 
-// CameraConfig is the `camera:` section.
-//
-// Source takes "dir:PATH" (a folder of JPEG files, shown in name order), "none", or a camera for
-// the real devices.
-type CameraConfig struct {
-	Source string  `yaml:"source"`
-	FPS    float64 `yaml:"fps"`
-}
-
 // WithDefaults fills in unset fields.
 func (c AudioConfig) WithDefaults() AudioConfig {
 	if c.Input == "" {
@@ -46,28 +37,6 @@ func (c AudioConfig) Validate() error {
 	}
 	if c.Input == "none" {
 		return fmt.Errorf("audio.input: none: the agent needs a microphone (or file:PATH)")
-	}
-	return nil
-}
-
-// WithDefaults fills in unset fields.
-func (c CameraConfig) WithDefaults() CameraConfig {
-	if c.Source == "" {
-		c.Source = "none"
-	}
-	if c.FPS == 0 {
-		c.FPS = 1
-	}
-	return c
-}
-
-// Validate names the first unusable field.
-func (c CameraConfig) Validate() error {
-	if p, ok := strings.CutPrefix(c.Source, "dir:"); ok && p == "" {
-		return fmt.Errorf("camera.source: %q names no folder", c.Source)
-	}
-	if c.FPS < 0 || c.FPS > 60 {
-		return fmt.Errorf("camera.fps: %v is outside 0..60", c.FPS)
 	}
 	return nil
 }

@@ -21,14 +21,14 @@ const defaultConfigPath = "/etc/omnisat/omnisat.yaml"
 
 // fileConfig is the whole configuration file: each section belongs to the package that reads it.
 type fileConfig struct {
-	DeviceID string               `yaml:"device_id"`
-	StateDir string               `yaml:"state_dir"`
-	Server   realtime.Settings    `yaml:"server"`
-	Session  agent.Config         `yaml:"session"`
-	Audio    devices.AudioConfig  `yaml:"audio"`
-	Camera   devices.CameraConfig `yaml:"camera"`
-	Control  controlConfig        `yaml:"control"`
-	Log      logConfig            `yaml:"log"`
+	DeviceID string              `yaml:"device_id"`
+	StateDir string              `yaml:"state_dir"`
+	Server   realtime.Settings   `yaml:"server"`
+	Session  agent.Config        `yaml:"session"`
+	Audio    devices.AudioConfig `yaml:"audio"`
+	Camera   cameraSection       `yaml:"camera"`
+	Control  controlConfig       `yaml:"control"`
+	Log      logConfig           `yaml:"log"`
 }
 
 type controlConfig struct {
@@ -77,7 +77,7 @@ func (c *fileConfig) applyDefaults() {
 	}
 	c.Session = c.Session.WithDefaults()
 	c.Audio = c.Audio.WithDefaults()
-	c.Camera = c.Camera.WithDefaults()
+	c.Camera = c.Camera.withDefaults()
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
 	}
@@ -106,7 +106,8 @@ func (c *fileConfig) resolvePaths(dir string) {
 	c.Server.TokenFile = abs(c.Server.TokenFile)
 	c.Audio.Input = prefixed(c.Audio.Input, "file:")
 	c.Audio.Output = prefixed(c.Audio.Output, "file:")
-	c.Camera.Source = prefixed(c.Camera.Source, "dir:")
+	c.Camera.Source = prefixed(prefixed(c.Camera.Source, "dir:"), "file:")
+	c.Camera.Fallback = prefixed(c.Camera.Fallback, "dir:")
 	c.Control.Socket = abs(c.Control.Socket)
 }
 
@@ -114,7 +115,7 @@ func (c *fileConfig) validate() error {
 	if c.Server.URL == "" {
 		return errors.New("server.url: empty; want ws://host:port/v1/realtime (or run with --simulator)")
 	}
-	for _, check := range []func() error{c.Server.Validate, c.Session.Validate, c.Audio.Validate, c.Camera.Validate} {
+	for _, check := range []func() error{c.Server.Validate, c.Session.Validate, c.Audio.Validate, c.Camera.validate} {
 		if err := check(); err != nil {
 			return err
 		}

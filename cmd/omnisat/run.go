@@ -59,7 +59,10 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stdout, "built-in simulator (%s dialect) at %s\n", cfg.Server.Dialect, sim.URL())
 	}
 
-	parts, err := buildParts(cfg, log)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	report := &deviceReporter{}
+	parts, err := buildParts(ctx, cfg, report, log)
 	if err != nil {
 		return fail(exitConfig, "%v", err)
 	}
@@ -70,9 +73,8 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 	if err != nil {
 		return fail(exitConfig, "%v", err)
 	}
+	report.attach(sup)
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
 	ctl, err := control.Listen(cfg.socketPath(), sup, log.With("component", "control"))
 	if err != nil {
@@ -117,7 +119,7 @@ func (p *parts) close() {
 	}
 }
 
-func buildParts(cfg *fileConfig, log *slog.Logger) (*parts, error) {
+func buildParts(ctx context.Context, cfg *fileConfig, report *deviceReporter, log *slog.Logger) (*parts, error) {
 	p := &parts{server: cfg.Server.Config()}
 	p.server.Logger = log.With("component", "realtime")
 	token, err := readSecret(cfg.Server.Token, cfg.Server.TokenFile)
@@ -170,19 +172,17 @@ func buildParts(cfg *fileConfig, log *slog.Logger) (*parts, error) {
 	default:
 		return nil, fmt.Errorf("audio.output: %q: real speakers need the PortAudio devices, which this build does not have yet; use file:PATH or none", out)
 	}
-	switch src := cfg.Camera.Source; {
-	case src == "none":
-		desc = append(desc, "no camera")
-	case strings.HasPrefix(src, "dir:"):
-		cam, err := devices.OpenJPEGDir(strings.TrimPrefix(src, "dir:"), cfg.Camera.FPS)
-		if err != nil {
-			return nil, fmt.Errorf("camera.source: %w", err)
-		}
-		p.frames = cam
-		desc = append(desc, "camera "+src)
-	default:
-		return nil, fmt.Errorf("camera.source: %q: real cameras need the OpenCV devices, which this build does not have yet; use dir:PATH or none", src)
+	frames, camDesc, closeCam, err := openCamera(ctx, cfg.Camera, report, log)
+	if err != nil {
+		return nil, err
 	}
+	if frames != nil {
+		p.frames = frames
+	}
+	if closeCam != nil {
+		p.closers = append(p.closers, closeCam)
+	}
+	desc = append(desc, camDesc)
 	p.describe = strings.Join(desc, ", ")
 	return p, nil
 }
