@@ -1,0 +1,245 @@
+package audio
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// Supervision timings (fields of link, so tests can shorten them).
+const (
+	// startupGrace is how long a new stream may take to deliver its first buffer. PulseAudio
+	// through ALSA took 1.2–1.7 s here.
+	defaultStartupGrace = 5 * time.Second
+	// stallTimeout is how long a running stream may go without a callback before the device
+	// counts as lost. Callbacks come every 10–40 ms; a USB device unplugged stops them.
+	defaultStallTimeout = 2 * time.Second
+	backoffMin          = time.Second
+	backoffMax          = 30 * time.Second
+	// closeTimeout bounds the wait for PortAudio to close a stream of a dead device.
+	closeTimeout = 5 * time.Second
+	// lostTick is how often the lost-device hook runs (the speaker drains its queue by it).
+	lostTick = 20 * time.Millisecond
+)
+
+// link supervises the stream of one device. The stream callback counts the frames it moves;
+// a goroutine watches the count. When it stops moving the device is lost: link reports it
+// once, closes the stream, and reopens it with backoff (1 s doubling to 30 s) until a new
+// stream delivers, then reports the device back. PortAudio's Go binding gives no error from a
+// running callback stream, so the count is the only signal, and it is the one that matters:
+// a device that stops delivering is lost whatever the reason.
+type link struct {
+	kind, verb string // "microphone"/"read", "speaker"/"play": for messages
+	spec       string // the device string from the configuration
+	log        *slog.Logger
+	onState    func(ok bool, err error)
+
+	// open resolves the device and opens and starts a stream whose callback belongs to
+	// generation gen. It runs under paDo and returns the stream and the device's name.
+	open func(gen int64) (*paStream, string, error)
+	// lost runs when the device is declared lost; since is when it last delivered.
+	lost func(since time.Time, err error)
+	// back runs when a new stream delivers.
+	back func()
+	// idle runs every lostTick while the device is lost (nil: nothing to do).
+	idle func(now time.Time)
+
+	startupGrace, stallTimeout time.Duration
+
+	frames atomic.Int64 // frames moved by the callbacks
+	gen    atomic.Int64 // the current stream's generation: older callbacks do nothing
+
+	// The supervising goroutine's own state.
+	stream  *paStream
+	name    string // the device's name as PortAudio gives it
+	losses  atomic.Int64
+	pubName atomic.Pointer[string] // name, for other goroutines
+}
+
+func newLink(kind, verb, spec string, log *slog.Logger, onState func(bool, error)) *link {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if onState == nil {
+		onState = func(bool, error) {}
+	}
+	return &link{kind: kind, verb: verb, spec: spec, log: log, onState: onState,
+		startupGrace: defaultStartupGrace, stallTimeout: defaultStallTimeout}
+}
+
+// current reports whether a callback of generation g may still touch the device's buffers.
+func (l *link) current(g int64) bool { return l.gen.Load() == g }
+
+// openStream opens a new stream (generation +1). It leaves l.stream set on success.
+func (l *link) openStream() error {
+	g := l.gen.Add(1)
+	var s *paStream
+	var name string
+	err := paDo(func() error {
+		var err error
+		s, name, err = l.open(g)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	l.stream, l.name = s, name
+	l.pubName.Store(&name)
+	return nil
+}
+
+// deviceName is the name of the device last opened.
+func (l *link) deviceName() string {
+	if p := l.pubName.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// closeStream stops and closes the current stream, giving up after closeTimeout (a dead
+// device can make PortAudio hang; the device then counts as closed anyway).
+func (l *link) closeStream() {
+	s := l.stream
+	l.stream = nil
+	l.gen.Add(1) // its callbacks stop touching our buffers now
+	if s == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		paClose(s)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeTimeout):
+		// Its goroutine ends if PortAudio ever returns; paClose keeps PortAudio initialised
+		// meanwhile, and other devices are not blocked by it.
+		l.log.Error("audio: closing the stream hangs; abandoning it", "device", l.kind, "name", l.name)
+	}
+}
+
+// run supervises until ctx ends, then closes the stream and releases PortAudio. The first
+// stream is open already.
+func (l *link) run(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	defer func() {
+		l.closeStream()
+		paRelease() // PortAudio stays initialised while an abandoned close still runs
+	}()
+	for {
+		since, err := l.watch(ctx)
+		if err == nil {
+			return
+		}
+		l.closeStream()
+		l.losses.Add(1)
+		l.log.Warn("audio: device lost", "device", l.kind, "name", l.name, "err", err)
+		l.lost(since, err)
+		l.onState(false, err)
+		if !l.recover(ctx) {
+			return
+		}
+		l.log.Info("audio: device back", "device", l.kind, "name", l.name)
+		l.back()
+		l.onState(true, nil)
+	}
+}
+
+// watch waits until the stream stops delivering (returning when it last did, and why) or ctx
+// ends (nil error).
+func (l *link) watch(ctx context.Context) (time.Time, error) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	last, lastAt, seen := l.frames.Load(), time.Now(), false
+	for ticks := 1; ; ticks++ {
+		select {
+		case <-ctx.Done():
+			return lastAt, nil
+		case now := <-t.C:
+			if ticks%5 == 0 && !l.streamActive() {
+				return lastAt, fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
+			}
+			if f := l.frames.Load(); f != last {
+				last, lastAt, seen = f, now, true
+				continue
+			}
+			switch {
+			case !seen && now.Sub(lastAt) > l.startupGrace:
+				return lastAt, fmt.Errorf("%s %s %q: no audio within %v of starting the stream", l.verb, l.kind, l.name, l.startupGrace)
+			case seen && now.Sub(lastAt) > l.stallTimeout:
+				return lastAt, fmt.Errorf("%s %s %q: no audio for %v: device unplugged or stalled", l.verb, l.kind, l.name, l.stallTimeout)
+			}
+		}
+	}
+}
+
+// streamActive asks PortAudio whether the stream still runs (its ALSA thread stops it when the
+// device fails). It does not wait for PortAudio's lock: when that is busy it says yes, and the
+// frame count decides.
+func (l *link) streamActive() bool {
+	if l.stream == nil || !pa.mu.TryLock() {
+		return true
+	}
+	defer pa.mu.Unlock()
+	return pa.inited && l.stream.active()
+}
+
+// recover reopens the device with backoff until a stream delivers (true) or ctx ends.
+func (l *link) recover(ctx context.Context) bool {
+	backoff := backoffMin
+	for {
+		if !l.pause(ctx, backoff) {
+			return false
+		}
+		paRescan()
+		err := l.openStream()
+		if err == nil {
+			if err = l.waitFirst(ctx); err == nil {
+				return true
+			}
+			l.closeStream()
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		backoff = min(2*backoff, backoffMax)
+		l.log.Info("audio: reopen failed", "device", l.kind, "spec", l.spec, "err", err, "retry_in", backoff)
+	}
+}
+
+// waitFirst waits until the new stream has delivered, running idle meanwhile.
+func (l *link) waitFirst(ctx context.Context) error {
+	start := l.frames.Load()
+	deadline := time.Now().Add(l.startupGrace)
+	for l.frames.Load() == start {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s %s %q: no audio within %v of reopening", l.verb, l.kind, l.name, l.startupGrace)
+		}
+		if !l.pause(ctx, lostTick) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// pause waits for d or until ctx ends (false), running idle every lostTick.
+func (l *link) pause(ctx context.Context, d time.Duration) bool {
+	end := time.After(d)
+	t := time.NewTicker(lostTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-end:
+			return true
+		case now := <-t.C:
+			if l.idle != nil {
+				l.idle(now)
+			}
+		}
+	}
+}

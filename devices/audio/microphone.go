@@ -1,0 +1,419 @@
+package audio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/omnisat/omnisat/pipeline"
+)
+
+// OutputRate is the rate Microphone.Read delivers: the model's input rate.
+const OutputRate = 16000
+
+// Mixdown, as MicConfig.Channel, averages all channels.
+const Mixdown = pipeline.Mixdown
+
+// MicConfig chooses and sets up the microphone. Start from DefaultMicConfig: the zero value's
+// Channel 0 takes the first channel only instead of mixing down.
+type MicConfig struct {
+	// Device is "default", a PortAudio index, or part of a device name (case-insensitive);
+	// see Select.
+	Device string
+	// Rate is the capture rate in Hz; 0 takes the device's native rate, which is what to use
+	// (PulseAudio's devices delivered fewer samples than real time at other rates).
+	Rate int
+	// Channels to capture; 0 takes the device's maximum, up to 2.
+	Channels int
+	// Channel is the channel to keep (0-based), or Mixdown (-1) for the average of all.
+	Channel int
+	// GainDB is a gain in decibels applied before resampling, -40..+40; 0 leaves the level
+	// alone. The result is clipped to [-1, 1].
+	GainDB float64
+	// Latency is the stream latency PortAudio is asked for; 0 takes the device's default
+	// high latency, the safe choice on a small board.
+	Latency time.Duration
+	// FramesPerBuffer per callback; 0 lets PortAudio choose (the best choice with ALSA).
+	FramesPerBuffer int
+	// Buffer is how much audio the capture ring holds for a slow reader; 0 means 2 s. When
+	// the reader falls further behind, the oldest audio is dropped (and counted).
+	Buffer time.Duration
+}
+
+// DefaultMicConfig is the default device at its native rate, mixed down, at unity gain.
+func DefaultMicConfig() MicConfig {
+	return MicConfig{Device: "default", Channel: Mixdown}
+}
+
+// Validate names the first unusable setting.
+func (c MicConfig) Validate() error {
+	switch {
+	case c.Rate != 0 && (c.Rate < 8000 || c.Rate > 192000):
+		return fmt.Errorf("microphone rate %d Hz: want 0 (native) or 8000..192000", c.Rate)
+	case c.Channels < 0 || c.Channels > 32:
+		return fmt.Errorf("microphone channels %d: want 0 (up to 2) or 1..32", c.Channels)
+	case c.Channel < Mixdown || (c.Channels > 0 && c.Channel >= c.Channels):
+		return fmt.Errorf("microphone channel %d: want -1 (mix down) or a channel below %d", c.Channel, max(c.Channels, 1))
+	case math.IsNaN(c.GainDB) || c.GainDB < -40 || c.GainDB > 40:
+		return fmt.Errorf("microphone gain %v dB: want -40..40", c.GainDB)
+	case c.Latency < 0 || c.Latency > 2*time.Second:
+		return fmt.Errorf("microphone latency %v: want 0..2s", c.Latency)
+	case c.FramesPerBuffer < 0 || c.FramesPerBuffer > 1<<16:
+		return fmt.Errorf("microphone frames per buffer %d: want 0..65536", c.FramesPerBuffer)
+	case c.Buffer < 0 || c.Buffer > time.Minute:
+		return fmt.Errorf("microphone buffer %v: want 0..1m", c.Buffer)
+	}
+	return nil
+}
+
+// Microphone captures from a PortAudio input stream at the device's native rate and delivers
+// 16 kHz mono float32 through Read (agent.AudioSource). The stream callback only copies into a
+// preallocated ring; the mixdown, gain and resampling happen in Read, on the reader's
+// goroutine. The amount of audio is what the device delivered, counted in samples: wall time
+// is used only to fill the gap while the device is lost.
+//
+// While the device is lost, Read returns silence at real-time pace (from the moment the device
+// last delivered), so the agent's pacing and session carry on; when it is back, Read returns
+// its audio again. Read returns io.EOF after Close.
+type Microphone struct {
+	cfg      MicConfig
+	rate     int // capture rate, fixed at the first open
+	channels int
+	gain     float32
+	link     *link
+	ring     *ring
+
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the supervisor has stopped
+	once   sync.Once
+
+	// Read's state, under readMu.
+	readMu    sync.Mutex
+	rs        *pipeline.Resampler
+	inter     []float32 // interleaved frames from the ring
+	mono      []float32
+	out       []float32 // resampled; carry is its unread part
+	carry     []float32
+	timer     *time.Timer
+	delivered int64
+
+	// Loss state, under mu.
+	mu           sync.Mutex
+	lost         bool
+	silenceFrom  time.Time
+	silenceGiven int64
+	silence      int64 // all silence delivered for losses
+}
+
+// readChunk is how many frames Read converts at a time.
+const readChunk = 4096
+
+// MicStats are the microphone's counters.
+type MicStats struct {
+	Rate     int   // capture rate, Hz
+	Channels int   // captured channels
+	Captured int64 // frames the device delivered
+	Dropped  int64 // frames dropped because Read fell more than Buffer behind
+	Output   int64 // 16 kHz samples Read returned, silence included
+	Silence  int64 // 16 kHz samples of silence returned while the device was lost
+	Losses   int64 // times the device was lost
+}
+
+// OpenMicrophone opens the input device cfg names and starts capturing. onState (may be nil)
+// is called from a supervising goroutine with (false, err) once when the device is lost and
+// (true, nil) when it is back; log (may be nil) gets the same and the retries. The microphone
+// runs until Close or until ctx ends. The first open must succeed: a device string that
+// matches nothing is an error, not a loss.
+func OpenMicrophone(ctx context.Context, cfg MicConfig, onState func(ok bool, err error), log *slog.Logger) (*Microphone, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("open microphone %q: %w", cfg.Device, err)
+	}
+	if err := paAcquire(); err != nil {
+		return nil, fmt.Errorf("open microphone %q: %w", cfg.Device, err)
+	}
+	m := &Microphone{cfg: cfg, gain: float32(math.Pow(10, cfg.GainDB/20))}
+	m.link = newLink("microphone", "read", cfg.Device, log, onState)
+	m.link.open = m.openStream
+	m.link.lost = m.setLost
+	m.link.back = m.setBack
+	if err := m.link.openStream(); err != nil {
+		paRelease()
+		return nil, fmt.Errorf("open microphone %q: %w", cfg.Device, err)
+	}
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.done = make(chan struct{})
+	go m.link.run(ctx, m.done)
+	return m, nil
+}
+
+// openStream resolves the device and opens a stream (under paDo). The first call fixes the
+// rate, channel count and buffers; later calls (recovery) ask for the same.
+func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
+	dev, err := findDevice(m.cfg.Device, true)
+	if err != nil {
+		return nil, "", err
+	}
+	if m.ring == nil {
+		if err := m.setup(dev); err != nil {
+			return nil, dev.name, err
+		}
+	}
+	if m.channels > dev.maxIn {
+		return nil, dev.name, fmt.Errorf("open stream on %q: it has %d input channels, the microphone uses %d", dev.name, dev.maxIn, m.channels)
+	}
+	lat := m.cfg.Latency
+	if lat == 0 {
+		lat = dev.highInLatency
+	}
+	r, link := m.ring, m.link
+	cb := func(in, _ []float32) {
+		if link.current(gen) {
+			r.write(in)
+			link.frames.Add(int64(len(in) / r.frame))
+		}
+	}
+	s, err := paOpen(dev, true, m.channels, lat, m.rate, m.cfg.FramesPerBuffer, cb)
+	if err != nil {
+		return nil, dev.name, err
+	}
+	return s, dev.name, nil
+}
+
+// setup fixes the capture format from the first device and allocates the buffers.
+func (m *Microphone) setup(dev paDevice) error {
+	m.rate = m.cfg.Rate
+	if m.rate == 0 {
+		m.rate = int(math.Round(dev.rate))
+	}
+	m.channels = m.cfg.Channels
+	if m.channels == 0 {
+		m.channels = min(dev.maxIn, 2)
+	}
+	if m.cfg.Channel >= m.channels {
+		return fmt.Errorf("channel %d: %q gives %d channels", m.cfg.Channel, dev.name, m.channels)
+	}
+	return m.initReader()
+}
+
+// initReader allocates the ring and the reader's buffers for rate and channels.
+func (m *Microphone) initReader() error {
+	rs, err := pipeline.NewResampler(m.rate, OutputRate)
+	if err != nil {
+		return err
+	}
+	buf := m.cfg.Buffer
+	if buf == 0 {
+		buf = 2 * time.Second
+	}
+	m.rs = rs
+	m.ring = newRing(max(int(buf.Seconds()*float64(m.rate)), readChunk), m.channels)
+	m.inter = make([]float32, readChunk*m.channels)
+	m.mono = make([]float32, readChunk)
+	m.out = make([]float32, 0, rs.OutputLen(readChunk))
+	m.timer = time.NewTimer(time.Hour)
+	m.timer.Stop()
+	return nil
+}
+
+func (m *Microphone) setLost(since time.Time, err error) {
+	m.mu.Lock()
+	m.lost, m.silenceFrom, m.silenceGiven = true, since, 0
+	m.mu.Unlock()
+	m.ring.wake()
+}
+
+func (m *Microphone) setBack() {
+	m.mu.Lock()
+	m.lost = false
+	m.mu.Unlock()
+}
+
+// Read fills p with 16 kHz mono samples, blocking until at least one is available; see the
+// type's notes for what happens while the device is lost. It returns ctx.Err() when ctx ends
+// first, and io.EOF once the microphone is closed (what was still buffered is dropped).
+func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	m.readMu.Lock()
+	defer m.readMu.Unlock()
+	for {
+		select {
+		case <-m.done:
+			return 0, io.EOF
+		default:
+		}
+		if n := m.fill(p); n > 0 {
+			m.delivered += int64(n)
+			return n, nil
+		}
+		n, wait := m.fillSilence(p, time.Now())
+		if n > 0 {
+			m.delivered += int64(n)
+			return n, nil
+		}
+		m.timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			m.timer.Stop()
+			return 0, ctx.Err()
+		case <-m.done:
+		case <-m.ring.notify:
+		case <-m.timer.C:
+		}
+		m.timer.Stop()
+	}
+}
+
+// fill converts what the ring holds, as much as p needs, and returns how many samples it put
+// in p. Called with readMu held.
+func (m *Microphone) fill(p []float32) int {
+	n := copy(p, m.carry)
+	m.carry = m.carry[n:]
+	for n < len(p) {
+		// Frames for the rest of p, rounded up; the excess waits in carry.
+		need := (len(p)-n)*m.rate/OutputRate + 1
+		got := m.ring.read(m.inter[:min(need, readChunk)*m.channels]) / m.channels
+		if got == 0 {
+			break
+		}
+		mono, err := pipeline.Float32ToMono(m.mono, m.inter[:got*m.channels], m.channels, m.cfg.Channel, m.gain)
+		if err != nil { // cannot happen: the settings were checked against the device
+			break
+		}
+		m.out = m.rs.Process(m.out[:0], mono)
+		k := copy(p[n:], m.out)
+		n += k
+		m.carry = m.out[k:]
+	}
+	return n
+}
+
+// fillSilence writes the silence due while the device is lost and returns how many samples,
+// or 0 and how long to wait before asking again.
+func (m *Microphone) fillSilence(p []float32, now time.Time) (int, time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.lost {
+		return 0, 250 * time.Millisecond
+	}
+	due := int64(now.Sub(m.silenceFrom).Seconds()*OutputRate) - m.silenceGiven
+	if due <= 0 {
+		return 0, 20 * time.Millisecond
+	}
+	n := int(min(due, int64(len(p))))
+	clear(p[:n])
+	m.silenceGiven += int64(n)
+	m.silence += int64(n)
+	return n, 0
+}
+
+// Rate is the capture rate in Hz.
+func (m *Microphone) Rate() int { return m.rate }
+
+// Name is the device's name as PortAudio gives it.
+func (m *Microphone) Name() string { return m.link.deviceName() }
+
+// Stats returns the microphone's counters.
+func (m *Microphone) Stats() MicStats {
+	m.readMu.Lock()
+	out := m.delivered
+	m.readMu.Unlock()
+	written, dropped := m.ring.counts()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return MicStats{Rate: m.rate, Channels: m.channels, Captured: written, Dropped: dropped,
+		Output: out, Silence: m.silence, Losses: m.link.losses.Load()}
+}
+
+// Close stops capturing and releases the device; Read then returns io.EOF. It waits for the
+// stream to close, at most a few seconds even when the device hangs. Closing twice is fine.
+func (m *Microphone) Close() error {
+	var err error
+	m.once.Do(func() {
+		m.cancel()
+		select {
+		case <-m.done:
+		case <-time.After(closeTimeout + time.Second):
+			err = errors.New("close microphone: the stream did not stop in time")
+		}
+		m.ring.wake()
+	})
+	return err
+}
+
+// ring is the capture buffer between the stream callback and Read: interleaved frames, a fixed
+// size, the oldest frames overwritten (and counted) when the reader falls behind.
+type ring struct {
+	mu      sync.Mutex
+	buf     []float32
+	frame   int // channels
+	r, n    int // read index and fill, in samples
+	written int64
+	dropped int64
+	notify  chan struct{} // a token when there is something new
+}
+
+func newRing(frames, channels int) *ring {
+	return &ring{buf: make([]float32, frames*channels), frame: channels, notify: make(chan struct{}, 1)}
+}
+
+// write appends whole frames (the callback's buffer). It does not allocate or block beyond
+// the copy.
+func (r *ring) write(in []float32) {
+	in = in[:len(in)-len(in)%r.frame]
+	if len(in) == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.written += int64(len(in) / r.frame)
+	if len(in) > len(r.buf) {
+		r.dropped += int64((len(in) - len(r.buf)) / r.frame)
+		in = in[len(in)-len(r.buf):]
+	}
+	if over := r.n + len(in) - len(r.buf); over > 0 {
+		r.r = (r.r + over) % len(r.buf)
+		r.n -= over
+		r.dropped += int64(over / r.frame)
+	}
+	w := (r.r + r.n) % len(r.buf)
+	k := copy(r.buf[w:], in)
+	copy(r.buf, in[k:])
+	r.n += len(in)
+	r.mu.Unlock()
+	r.wake()
+}
+
+// read moves up to len(dst) samples (whole frames) into dst and returns how many.
+func (r *ring) read(dst []float32) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := min(len(dst)-len(dst)%r.frame, r.n)
+	if n == 0 {
+		return 0
+	}
+	k := copy(dst[:n], r.buf[r.r:])
+	copy(dst[k:n], r.buf)
+	r.r = (r.r + n) % len(r.buf)
+	r.n -= n
+	return n
+}
+
+// wake lets a waiting Read look again.
+func (r *ring) wake() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *ring) counts() (written, dropped int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.written, r.dropped
+}

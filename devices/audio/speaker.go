@@ -1,0 +1,260 @@
+package audio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/omnisat/omnisat/pipeline"
+)
+
+// InputRate is the rate Speaker.Play takes: the model's output rate.
+const InputRate = 24000
+
+// SpeakerConfig chooses and sets up the speaker. Start from DefaultSpeakerConfig: the zero
+// value's Volume 0 is mute.
+type SpeakerConfig struct {
+	// Device is "default", a PortAudio index, or part of a device name (case-insensitive);
+	// see Select.
+	Device string
+	// Rate is the output rate in Hz; 0 takes the device's native rate (recommended).
+	Rate int
+	// Channels to open; 0 tries mono and falls back to stereo (the mono signal on both).
+	Channels int
+	// Volume is 0 (mute) to 100 (unity gain), on a cubic curve; see SetVolume.
+	Volume int
+	// Latency is the stream latency PortAudio is asked for; 0 takes the device's default
+	// high latency.
+	Latency time.Duration
+	// FramesPerBuffer per callback; 0 lets PortAudio choose. FlushAfter(0) silences the
+	// output within about one buffer.
+	FramesPerBuffer int
+}
+
+// DefaultSpeakerConfig is the default device at its native rate and full volume.
+func DefaultSpeakerConfig() SpeakerConfig {
+	return SpeakerConfig{Device: "default", Volume: 100}
+}
+
+// Validate names the first unusable setting.
+func (c SpeakerConfig) Validate() error {
+	switch {
+	case c.Rate != 0 && (c.Rate < 8000 || c.Rate > 192000):
+		return fmt.Errorf("speaker rate %d Hz: want 0 (native) or 8000..192000", c.Rate)
+	case c.Channels < 0 || c.Channels > 32:
+		return fmt.Errorf("speaker channels %d: want 0 (mono, else stereo) or 1..32", c.Channels)
+	case c.Volume < 0 || c.Volume > 100:
+		return fmt.Errorf("speaker volume %d: want 0..100", c.Volume)
+	case c.Latency < 0 || c.Latency > 2*time.Second:
+		return fmt.Errorf("speaker latency %v: want 0..2s", c.Latency)
+	case c.FramesPerBuffer < 0 || c.FramesPerBuffer > 1<<16:
+		return fmt.Errorf("speaker frames per buffer %d: want 0..65536", c.FramesPerBuffer)
+	}
+	return nil
+}
+
+// Speaker plays 24 kHz mono audio on a PortAudio output stream (agent.Speaker). Play queues into
+// a pipeline.Playback; the stream callback pulls from it at the device's native rate. While the
+// device is lost, the queue is consumed at real-time pace into the void, so Pending and the
+// agent's turn-taking behave as if it played; when it is back, playing resumes. All methods
+// are safe for concurrent use.
+type Speaker struct {
+	cfg      SpeakerConfig
+	rate     int
+	channels int
+	pb       *pipeline.Playback
+	link     *link
+	scratch  []float32 // the callback's mono buffer for multi-channel devices
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+
+	// The lost-device drain, run by the supervisor only.
+	drainAt  time.Time
+	drainBuf []float32
+}
+
+// speakerChunk is the callback's mono scratch size in frames; bigger buffers are pulled in
+// pieces.
+const speakerChunk = 4096
+
+// OpenSpeaker opens the output device cfg names and starts its stream (silent until Play).
+// onState and log are as for OpenMicrophone. The speaker runs until Close or until ctx ends.
+func OpenSpeaker(ctx context.Context, cfg SpeakerConfig, onState func(ok bool, err error), log *slog.Logger) (*Speaker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("open speaker %q: %w", cfg.Device, err)
+	}
+	if err := paAcquire(); err != nil {
+		return nil, fmt.Errorf("open speaker %q: %w", cfg.Device, err)
+	}
+	s := &Speaker{cfg: cfg}
+	s.link = newLink("speaker", "play", cfg.Device, log, onState)
+	s.link.open = s.openStream
+	s.link.lost = func(since time.Time, _ error) { s.drainAt = since }
+	s.link.back = func() {}
+	s.link.idle = s.drain
+	if err := s.link.openStream(); err != nil {
+		paRelease()
+		return nil, fmt.Errorf("open speaker %q: %w", cfg.Device, err)
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.done = make(chan struct{})
+	go s.link.run(ctx, s.done)
+	return s, nil
+}
+
+// openStream resolves the device and opens a stream (under paDo). The first call fixes the
+// rate and channels; later calls (recovery) ask for the same.
+func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
+	dev, err := findDevice(s.cfg.Device, false)
+	if err != nil {
+		return nil, "", err
+	}
+	if s.pb == nil {
+		s.rate = s.cfg.Rate
+		if s.rate == 0 {
+			s.rate = int(math.Round(dev.rate))
+		}
+		pb, err := pipeline.NewPlayback(InputRate, s.rate)
+		if err != nil {
+			return nil, dev.name, err
+		}
+		pb.SetVolume(s.cfg.Volume)
+		s.pb = pb
+		s.scratch = make([]float32, speakerChunk)
+		s.drainBuf = make([]float32, s.rate/10)
+	}
+	lat := s.cfg.Latency
+	if lat == 0 {
+		lat = dev.highOutLt
+	}
+	try := []int{s.channels}
+	if s.channels == 0 {
+		if s.cfg.Channels > 0 {
+			try = []int{s.cfg.Channels}
+		} else {
+			try = []int{1, 2}
+		}
+	}
+	var errs []error
+	for _, ch := range try {
+		if ch > dev.maxOut {
+			errs = append(errs, fmt.Errorf("%d channels: %q has %d", ch, dev.name, dev.maxOut))
+			continue
+		}
+		link, pb, scratch := s.link, s.pb, s.scratch
+		cb := func(_, out []float32) {
+			if !link.current(gen) {
+				clear(out)
+				return
+			}
+			fillOutput(pb, out, ch, scratch)
+			link.frames.Add(int64(len(out) / ch))
+		}
+		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.channels = ch
+		return st, dev.name, nil
+	}
+	return nil, dev.name, errors.Join(errs...)
+}
+
+// fillOutput is the stream callback's work: pull mono samples for out's frames and spread
+// them over ch interleaved channels. It does not allocate.
+func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32) {
+	if ch == 1 {
+		pb.Pull(out)
+		return
+	}
+	frames := len(out) / ch
+	for done := 0; done < frames; {
+		n := min(frames-done, len(scratch))
+		pb.Pull(scratch[:n])
+		dst := out[done*ch : (done+n)*ch]
+		if ch == 2 {
+			for i, v := range scratch[:n] {
+				f := (*[2]float32)(dst[2*i:])
+				f[0], f[1] = v, v
+			}
+		} else {
+			for i, v := range scratch[:n] {
+				for c := range ch {
+					dst[i*ch+c] = v
+				}
+			}
+		}
+		done += n
+	}
+	clear(out[frames*ch:])
+}
+
+// drain consumes the queue at real-time pace while the device is lost (supervisor only).
+func (s *Speaker) drain(now time.Time) {
+	due := int(now.Sub(s.drainAt).Seconds() * float64(s.rate))
+	if due <= 0 {
+		return
+	}
+	s.drainAt = s.drainAt.Add(time.Duration(float64(due) / float64(s.rate) * float64(time.Second)))
+	for due > 0 {
+		n := min(due, len(s.drainBuf))
+		s.pb.Pull(s.drainBuf[:n])
+		due -= n
+	}
+}
+
+// Play queues 24 kHz mono samples (agent.Speaker); it does not wait for the device.
+func (s *Speaker) Play(samples []float32) { s.pb.Play(samples) }
+
+// FlushAfter drops queued audio beyond keep (agent.Speaker); FlushAfter(0) silences the
+// output within about one device buffer, with a 3 ms fade.
+func (s *Speaker) FlushAfter(keep time.Duration) { s.pb.FlushAfter(keep) }
+
+// Pending is the queued audio not yet handed to the device (agent.Speaker). The device's own
+// buffer (its output latency, ~35 ms on PulseAudio) is not included.
+func (s *Speaker) Pending() time.Duration { return s.pb.Pending() }
+
+// SetVolume sets the volume live, 0..100 (clamped), ramped over 20 ms; see
+// pipeline.Playback.SetVolume for the curve.
+func (s *Speaker) SetVolume(v int) { s.pb.SetVolume(v) }
+
+// Volume is the volume last set.
+func (s *Speaker) Volume() int { return s.pb.Volume() }
+
+// Position is how much queued audio has been handed to the device (or, while it was lost,
+// consumed in its place) since the speaker opened.
+func (s *Speaker) Position() time.Duration { return s.pb.Position() }
+
+// Rate is the device rate in Hz.
+func (s *Speaker) Rate() int { return s.rate }
+
+// Name is the device's name as PortAudio gives it.
+func (s *Speaker) Name() string { return s.link.deviceName() }
+
+// Stats returns the playback queue's counters (in device-rate samples).
+func (s *Speaker) Stats() pipeline.PlaybackStats { return s.pb.Stats() }
+
+// Losses is how many times the device was lost.
+func (s *Speaker) Losses() int64 { return s.link.losses.Load() }
+
+// Close stops the stream and releases the device, waiting a few seconds at most even when the
+// device hangs. Play after Close queues into nothing audible. Closing twice is fine.
+func (s *Speaker) Close() error {
+	var err error
+	s.once.Do(func() {
+		s.cancel()
+		select {
+		case <-s.done:
+		case <-time.After(closeTimeout + time.Second):
+			err = errors.New("close speaker: the stream did not stop in time")
+		}
+	})
+	return err
+}
