@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -185,4 +186,59 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// timedSession records when each Send is called.
+type timedSession struct {
+	realtime.Session
+	mu    *sync.Mutex
+	sends *[]time.Time
+}
+
+func (s timedSession) Send(ctx context.Context, c realtime.Chunk) error {
+	s.mu.Lock()
+	*s.sends = append(*s.sends, time.Now())
+	s.mu.Unlock()
+	return s.Session.Send(ctx, c)
+}
+
+// BenchmarkCaptureToSend measures how long a finished chunk waits before it is handed to the
+// session: from the moment its last sample was captured (the paced source's clock) to the Send
+// call, over real-time capture of 250 ms chunks.
+func BenchmarkCaptureToSend(b *testing.B) {
+	for range b.N {
+		var mu sync.Mutex
+		var sends []time.Time
+		h := newHarness(b, setup{speed: 1, dialWrap: func(d agent.DialFunc) agent.DialFunc {
+			return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+				s, err := d(ctx, cfg)
+				if err != nil {
+					return nil, err
+				}
+				return timedSession{s, &mu, &sends}, nil
+			}
+		}})
+		h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+		time.Sleep(6 * time.Second)
+		h.stop()
+		start := h.source.Started()
+		mu.Lock()
+		var lat []time.Duration
+		// Chunks captured before the session was ready were sent from the backlog: skip them.
+		for k, at := range sends {
+			captured := start.Add(time.Duration(k+1) * 250 * time.Millisecond)
+			if d := at.Sub(captured); d >= 0 && d < 100*time.Millisecond {
+				lat = append(lat, d)
+			}
+		}
+		mu.Unlock()
+		if len(lat) < 10 {
+			b.Fatalf("only %d chunks measured", len(lat))
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "capture-to-send-ms-p50")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "capture-to-send-ms-p99")
+		b.ReportMetric(float64(len(lat)), "chunks")
+		h.sim.Close()
+	}
 }

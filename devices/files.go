@@ -101,6 +101,13 @@ func (p *PacedSource) Read(ctx context.Context, out []float32) (int, error) {
 	return int(want), nil
 }
 
+// Started is when the first sample was asked for: the clock's zero (zero time before that).
+func (p *PacedSource) Started() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.start
+}
+
 // Captured is how many samples have been handed out.
 func (p *PacedSource) Captured() int64 {
 	p.mu.Lock()

@@ -43,6 +43,7 @@ func commands() map[string]command {
 		"chat":     {"one turn-based request: print the reply (optionally save its speech)", runChat},
 		"run":      {"run the agent in the foreground with a configuration file", runRun},
 		"ctl":      {"drive a running agent through its control socket", runCtl},
+		"devices":  {"list audio devices and cameras", runDevices},
 	}
 }
 

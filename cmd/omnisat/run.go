@@ -148,32 +148,25 @@ func buildParts(ctx context.Context, cfg *fileConfig, report *deviceReporter, lo
 	}
 
 	var desc []string
-	switch in := cfg.Audio.Input; {
-	case strings.HasPrefix(in, "file:"):
-		src, err := devices.OpenWAVSource(strings.TrimPrefix(in, "file:"), realtime.InputSampleRate, cfg.Audio.Loop, 1)
-		if err != nil {
-			return nil, fmt.Errorf("audio.input: %w", err)
-		}
-		p.audio = src
-		desc = append(desc, "microphone "+in)
-	default:
-		return nil, fmt.Errorf("audio.input: %q: real microphones need the PortAudio devices, which this build does not have yet; use file:PATH", in)
+	mic, micDesc, closeMic, err := openMicrophone(ctx, cfg.Audio, report, log)
+	if err != nil {
+		return nil, err
 	}
-	switch out := cfg.Audio.Output; {
-	case strings.HasPrefix(out, "file:"), out == "none":
-		file := strings.TrimPrefix(out, "file:")
-		if out == "none" {
-			file = ""
-		}
-		spk := devices.NewFileSpeaker(file, realtime.OutputSampleRate)
-		p.speaker = spk
-		p.closers = append(p.closers, spk.Close)
-		desc = append(desc, "speaker "+out)
-	default:
-		return nil, fmt.Errorf("audio.output: %q: real speakers need the PortAudio devices, which this build does not have yet; use file:PATH or none", out)
+	p.audio = mic
+	if closeMic != nil {
+		p.closers = append(p.closers, closeMic)
 	}
+	spk, spkDesc, closeSpk, err := openSpeaker(ctx, cfg.Audio, report, log)
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	p.speaker = spk
+	p.closers = append(p.closers, closeSpk)
+	desc = append(desc, micDesc, spkDesc)
 	frames, camDesc, closeCam, err := openCamera(ctx, cfg.Camera, report, log)
 	if err != nil {
+		p.close()
 		return nil, err
 	}
 	if frames != nil {

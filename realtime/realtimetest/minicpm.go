@@ -251,6 +251,7 @@ func (s *session) emitReplyChunk(text string) string {
 	chunk := s.reply[0]
 	s.reply = s.reply[1:]
 	last := len(s.reply) == 0
+	s.srv.update(func() { s.rec.ReplyAudio = append(s.rec.ReplyAudio, chunk...) })
 	if s.dialect == Legacy {
 		s.sendJSON(map[string]any{"type": "response.output_audio.delta", "text": text, "audio": encodeFloat32(chunk),
 			"end_of_turn": last, "kv_cache_length": s.kvLen()})

@@ -26,6 +26,7 @@ type SessionRecord struct {
 	Init         InitRecord     // what the client configured the session with
 	Appends      []AppendRecord // every accepted full-duplex input chunk (OpenVoice: every binary frame)
 	Audio        []float32      // every accepted input sample concatenated, 16 kHz mono
+	ReplyAudio   []float32      // every full-duplex reply sample sent, concatenated, 24 kHz mono
 	ChatRequests []ChatRecord   // every accepted chat-mode input.append
 
 	Received   []string // type of every client message in order ("binary" for binary frames)
@@ -109,6 +110,7 @@ func (r *SessionRecord) clone() SessionRecord {
 		}
 	}
 	c.Audio = slices.Clone(r.Audio)
+	c.ReplyAudio = slices.Clone(r.ReplyAudio)
 	if r.ChatRequests != nil {
 		c.ChatRequests = make([]ChatRecord, len(r.ChatRequests))
 		for i, q := range r.ChatRequests {

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/omnisat/omnisat/agent"
+	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/devices/audio"
+	"github.com/omnisat/omnisat/realtime"
+)
+
+// resolveAudio picks what "auto" stands for: the default device of that direction if PortAudio
+// has one, else the fallback; it says why.
+func resolveAudio(spec, fallback string, input bool) (string, string) {
+	if spec != "auto" {
+		return spec, ""
+	}
+	devs, err := audio.List()
+	if err != nil {
+		return fallback, "no audio devices: " + err.Error()
+	}
+	for _, d := range devs {
+		if (input && d.DefaultInput && d.MaxInputChannels > 0) || (!input && d.DefaultOutput && d.MaxOutputChannels > 0) {
+			return "default", fmt.Sprintf("found %q", d.Name)
+		}
+	}
+	return fallback, "no default device"
+}
+
+func openMicrophone(ctx context.Context, c devices.AudioConfig, report *deviceReporter, log *slog.Logger) (agent.AudioSource, string, func() error, error) {
+	spec, why := resolveAudio(c.Input, c.InputFallback, true)
+	desc := "microphone " + spec
+	if why != "" {
+		desc += " (auto: " + why + ")"
+	}
+	if path, ok := strings.CutPrefix(spec, "file:"); ok {
+		src, err := devices.OpenWAVSource(path, realtime.InputSampleRate, c.Loop, 1)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("audio.input: %w", err)
+		}
+		return src, desc, nil, nil
+	}
+	mic, err := audio.OpenMicrophone(ctx, audio.MicConfig{Device: spec, Rate: c.InputRate, Channels: c.InputChannels,
+		Channel: c.Channel(), GainDB: c.GainDB, Latency: c.Latency},
+		func(ok bool, err error) { report.state("microphone", ok, err) }, log.With("component", "microphone"))
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("audio.input: %w", err)
+	}
+	return mic, fmt.Sprintf("%s (%s, %d Hz)", desc, mic.Name(), mic.Rate()), mic.Close, nil
+}
+
+// volumeSetter is a speaker whose volume can change live.
+type volumeSetter interface{ SetVolume(int) }
+
+func openSpeaker(ctx context.Context, c devices.AudioConfig, report *deviceReporter, log *slog.Logger) (agent.Speaker, string, func() error, error) {
+	spec, why := resolveAudio(c.Output, c.OutputFallback, false)
+	desc := "speaker " + spec
+	if why != "" {
+		desc += " (auto: " + why + ")"
+	}
+	if path, ok := strings.CutPrefix(spec, "file:"); ok || spec == "none" {
+		spk := devices.NewFileSpeaker(path, realtime.OutputSampleRate)
+		return spk, desc, spk.Close, nil
+	}
+	spk, err := audio.OpenSpeaker(ctx, audio.SpeakerConfig{Device: spec, Rate: c.OutputRate, Volume: *c.Volume, Latency: c.Latency},
+		func(ok bool, err error) { report.state("speaker", ok, err) }, log.With("component", "speaker"))
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("audio.output: %w", err)
+	}
+	spk.SetJitterBuffer(*c.JitterBuffer)
+	return spk, fmt.Sprintf("%s (%s, %d Hz)", desc, spk.Name(), spk.Rate()), spk.Close, nil
+}

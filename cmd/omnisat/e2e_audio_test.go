@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/omnisat/omnisat/agent"
+	"github.com/omnisat/omnisat/agent/control"
+	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/devices/wav"
+	"github.com/omnisat/omnisat/internal/signaltest"
+	"github.com/omnisat/omnisat/internal/testaudio"
+	"github.com/omnisat/omnisat/realtime/realtimetest"
+)
+
+// buildOmnisat builds the binary once per test run.
+func buildOmnisat(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "omnisat")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build omnisat: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// recording is a parecord WAV file growing on disk, with the wall-clock time of its first sample.
+type recording struct {
+	path  string
+	stop  func()
+	start time.Time
+}
+
+// startRecording records the speaker sink and anchors the recording's timeline: once data
+// flows, the time of sample 0 is now minus the duration already written.
+func startRecording(t *testing.T, card *testaudio.Card, path string) *recording {
+	t.Helper()
+	r := &recording{path: path, stop: card.Record(t, path)}
+	const rate, frameBytes = 44100, 4 // parecord's WAV: 44.1 kHz, 2 channels, 16 bits
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if fi, err := os.Stat(path); err == nil && fi.Size() > 44+rate*frameBytes/5 {
+			n := (fi.Size() - 44) / frameBytes
+			r.start = time.Now().Add(-time.Duration(n) * time.Second / rate)
+			return r
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("parecord wrote nothing")
+	return nil
+}
+
+func status(t *testing.T, sock string) agent.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := control.Call(ctx, sock, control.Request{Cmd: "status"})
+	if err != nil || !resp.OK {
+		return agent.Status{}
+	}
+	return *resp.Status
+}
+
+func waitState(t *testing.T, sock string, want agent.State, timeout time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if status(t, sock).State == want {
+			return time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("agent never reached state %s; last %+v", want, status(t, sock))
+	return time.Time{}
+}
+
+// The whole audio path on a virtual sound card: espeak-ng speech is played into the microphone
+// sink, `omnisat run` captures it with PortAudio and streams it to the parrot simulator, plays
+// the parrot's reply on the PortAudio speaker, and `omnisat ctl interrupt` silences it. The
+// simulator's record and a recording of the speaker sink prove each step.
+func TestEndToEndVirtualSoundCard(t *testing.T) {
+	card := testaudio.Start(t)
+	if !testaudio.Require(t, "espeak-ng", "paplay", "parecord") {
+		return
+	}
+	bin := buildOmnisat(t)
+	dir := t.TempDir()
+	speech1 := card.Speech(t, "Hello omnisat. This is the microphone test, one two three four.")
+	speech2 := filepath.Join(dir, "speech2.wav")
+	os.Rename(card.Speech(t, "Now a longer sentence, so that the parrot talks for a while and can be interrupted in the middle of it."), speech2)
+
+	sim := realtimetest.NewServer(realtimetest.Options{ForceListenCount: -1})
+	defer sim.Close()
+	sock := filepath.Join(dir, "control.sock")
+	cfgPath := filepath.Join(dir, "omnisat.yaml")
+	os.WriteFile(cfgPath, []byte(`
+server:
+  url: `+sim.URL()+`
+  mode: audio
+audio:
+  input: default
+  output: default
+  latency: 40ms
+camera:
+  source: none
+control:
+  socket: `+sock+`
+log:
+  level: debug
+`), 0o600)
+
+	rec := startRecording(t, card, filepath.Join(dir, "speaker.wav"))
+	var logs syncBuffer
+	cmd := exec.Command(bin, "run", "-c", cfgPath, "--state-dir", dir)
+	cmd.Env = os.Environ() // carries PULSE_SERVER from testaudio
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Error("omnisat run did not stop on SIGINT")
+		}
+		if t.Failed() {
+			t.Logf("omnisat output:\n%s", logs.String())
+		}
+	}()
+	waitState(t, sock, agent.StateListening, 20*time.Second)
+
+	// Phase 1: speech in, parrot reply out.
+	if err := card.PlayInto(speech1); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, sock, agent.StateSpeaking, 15*time.Second)
+	waitState(t, sock, agent.StateListening, 20*time.Second)
+	reply1 := len(sim.Sessions()[0].ReplyAudio)
+
+	// Phase 2: a longer reply, interrupted in the middle.
+	if err := card.PlayInto(speech2); err != nil {
+		t.Fatal(err)
+	}
+	speaking := waitState(t, sock, agent.StateSpeaking, 15*time.Second)
+	time.Sleep(time.Until(speaking.Add(1500 * time.Millisecond)))
+	asked := time.Now()
+	if out, err := exec.Command(bin, "ctl", "--socket", sock, "interrupt").CombinedOutput(); err != nil {
+		t.Fatalf("omnisat ctl interrupt: %v %s", err, out)
+	}
+	answered := time.Now()
+	time.Sleep(time.Second)
+	rec.stop()
+
+	session := sim.Sessions()[0]
+	if len(session.Rejections) > 0 {
+		t.Fatalf("simulator rejected: %v", session.Rejections)
+	}
+
+	// 1. The microphone path: the server heard the speech.
+	src, err := wav.ReadFile(speech1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src16, _ := devices.Resample(src.Mono(), src.Rate, 16000)
+	lag, ncc := signaltest.Align(src16, session.Audio)
+	t.Logf("microphone → server: speech found at %.2f s, normalised cross-correlation %.3f", float64(lag)/16000, ncc)
+	if ncc < 0.9 {
+		t.Errorf("the server's audio matches the spoken phrase with ncc %.3f, want ≥ 0.9", ncc)
+	}
+
+	// 2. The speaker path: the recording holds the reply the server sent.
+	recorded, err := wav.ReadFile(rec.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out24, _ := devices.Resample(recorded.Mono(), recorded.Rate, 24000)
+	ref := session.ReplyAudio[:reply1]
+	lag, ncc = signaltest.Align(ref, out24)
+	t.Logf("server → speaker: first reply (%.2f s) found at %.2f s of the recording, ncc %.3f",
+		float64(len(ref))/24000, float64(lag)/24000, ncc)
+	if ncc < 0.9 {
+		t.Errorf("the speaker's output matches the server's reply with ncc %.3f, want ≥ 0.9", ncc)
+	}
+
+	// 3. Interrupt: silence on the recording soon after the command.
+	mono := recorded.Mono()
+	rate := recorded.Rate
+	at := int(asked.Sub(rec.start).Seconds() * float64(rate))
+	before := mono[max(0, at-rate/5):at]
+	if signaltest.RMS(before) < 0.01 {
+		t.Fatalf("nothing was playing when interrupt was sent (rms %.4f): the test proves nothing", signaltest.RMS(before))
+	}
+	quiet := signaltest.SilentFrom(mono, at-rate/10, rate/100, rate/2, 0.003)
+	if quiet < 0 {
+		t.Fatal("the speaker never fell silent after the interrupt")
+	}
+	latency := time.Duration(float64(quiet-at) / float64(rate) * float64(time.Second))
+	t.Logf("interrupt: speaker silent %v after the command was issued (ctl took %v)", latency.Round(time.Millisecond), answered.Sub(asked).Round(time.Millisecond))
+	if latency > 100*time.Millisecond {
+		t.Errorf("speaker silent %v after interrupt, want ≤ 100 ms", latency)
+	}
+	st := status(t, sock)
+	b, _ := json.Marshal(st.Devices)
+	if st.Devices["microphone"] != "" && st.Devices["microphone"] != "ok" || strings.Contains(string(b), "lost") {
+		t.Errorf("device state %s", b)
+	}
+}
+
+// Losing the sound server mid-session (as a USB microphone and speaker unplugged): the agent
+// keeps its session and its pace, says which devices are lost, and resumes when they return.
+func TestEndToEndDeviceLoss(t *testing.T) {
+	card := testaudio.Start(t)
+	bin := buildOmnisat(t)
+	dir := t.TempDir()
+	sim := realtimetest.NewServer(realtimetest.Options{})
+	defer sim.Close()
+	sock := filepath.Join(dir, "control.sock")
+	cfgPath := filepath.Join(dir, "omnisat.yaml")
+	os.WriteFile(cfgPath, []byte(`
+server:
+  url: `+sim.URL()+`
+  mode: audio
+audio:
+  input: default
+  output: default
+camera:
+  source: none
+control:
+  socket: `+sock+`
+`), 0o600)
+	var logs syncBuffer
+	cmd := exec.Command(bin, "run", "-c", cfgPath, "--state-dir", dir)
+	cmd.Env = os.Environ()
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Error("omnisat run did not stop on SIGINT")
+		}
+		if t.Failed() {
+			t.Logf("omnisat output:\n%s", logs.String())
+		}
+	}()
+	waitState(t, sock, agent.StateListening, 20*time.Second)
+	card.Stop()
+	lostAt := time.Now()
+	var st agent.Status
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		st = status(t, sock)
+		if st.Devices["microphone"] != "" && st.Devices["microphone"] != "ok" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st.Devices["microphone"] == "" || st.Devices["microphone"] == "ok" {
+		t.Fatalf("microphone loss not reported: %+v", st)
+	}
+	t.Logf("device loss reported after %v: %v", time.Since(lostAt).Round(time.Millisecond), st.Devices)
+	before := len(sim.Sessions()[0].Appends)
+	time.Sleep(2 * time.Second)
+	if st := status(t, sock); st.State != agent.StateListening || len(sim.Sessions()) != 1 {
+		t.Fatalf("session did not carry on without the devices: %+v, %d sessions", st, len(sim.Sessions()))
+	}
+	if after := len(sim.Sessions()[0].Appends); after < before+1 {
+		t.Fatalf("no chunks sent while the microphone was gone (%d → %d): pacing stopped", before, after)
+	}
+	if err := card.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(40 * time.Second)
+	for time.Now().Before(deadline) {
+		st = status(t, sock)
+		if st.Devices["microphone"] == "ok" && st.Devices["speaker"] == "ok" {
+			t.Logf("devices back after restart: %v", st.Devices)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("devices did not come back: %+v", st.Devices)
+}

@@ -1,0 +1,136 @@
+// Package signaltest measures recorded audio for tests: where a known signal sits in a
+// recording and how closely it matches (normalised cross-correlation), and when a recording
+// falls silent.
+package signaltest
+
+import (
+	"math"
+	"math/cmplx"
+)
+
+// Align finds where ref best matches inside sig (sig[lag:lag+len(ref)] ≈ ref, lag may be
+// negative when sig starts inside ref) and returns the lag and the normalised cross-correlation
+// over the overlap (1 = identical shape, 0 = unrelated). The search uses an FFT, so long
+// recordings are cheap.
+func Align(ref, sig []float32) (lag int, ncc float64) {
+	if len(ref) == 0 || len(sig) == 0 {
+		return 0, 0
+	}
+	n := 1
+	for n < len(ref)+len(sig) {
+		n <<= 1
+	}
+	a := make([]complex128, n)
+	b := make([]complex128, n)
+	for i, v := range sig {
+		a[i] = complex(float64(v), 0)
+	}
+	for i, v := range ref {
+		b[i] = complex(float64(v), 0)
+	}
+	fft(a, false)
+	fft(b, false)
+	for i := range a {
+		a[i] *= cmplx.Conj(b[i])
+	}
+	fft(a, true)
+	best, bestLag := math.Inf(-1), 0
+	for i := 0; i < n; i++ {
+		l := i
+		if i > n-len(ref) { // negative lags wrap around
+			l = i - n
+		}
+		if l <= -len(ref) || l >= len(sig) {
+			continue
+		}
+		if v := real(a[i]); v > best {
+			best, bestLag = v, l
+		}
+	}
+	return bestLag, NCC(ref, sig, bestLag)
+}
+
+// NCC is the normalised cross-correlation of ref against sig shifted by lag, over their overlap.
+func NCC(ref, sig []float32, lag int) float64 {
+	var dot, er, es float64
+	for i, r := range ref {
+		j := i + lag
+		if j < 0 || j >= len(sig) {
+			continue
+		}
+		s := float64(sig[j])
+		dot += float64(r) * s
+		er += float64(r) * float64(r)
+		es += s * s
+	}
+	if er == 0 || es == 0 {
+		return 0
+	}
+	return dot / math.Sqrt(er*es)
+}
+
+// fft is an in-place radix-2 FFT (len(x) a power of two); inverse scales by 1/n.
+func fft(x []complex128, inverse bool) {
+	n := len(x)
+	for i, j := 1, 0; i < n; i++ {
+		bit := n >> 1
+		for ; j&bit != 0; bit >>= 1 {
+			j ^= bit
+		}
+		j ^= bit
+		if i < j {
+			x[i], x[j] = x[j], x[i]
+		}
+	}
+	sign := -1.0
+	if inverse {
+		sign = 1
+	}
+	for size := 2; size <= n; size <<= 1 {
+		w := cmplx.Rect(1, sign*2*math.Pi/float64(size))
+		for start := 0; start < n; start += size {
+			wk := complex(1, 0)
+			for k := 0; k < size/2; k++ {
+				u, v := x[start+k], x[start+k+size/2]*wk
+				x[start+k], x[start+k+size/2] = u+v, u-v
+				wk *= w
+			}
+		}
+	}
+	if inverse {
+		for i := range x {
+			x[i] /= complex(float64(n), 0)
+		}
+	}
+}
+
+// RMS is the root mean square of s.
+func RMS(s []float32) float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, v := range s {
+		sum += float64(v) * float64(v)
+	}
+	return math.Sqrt(sum / float64(len(s)))
+}
+
+// SilentFrom returns the first sample index at or after from where the signal stays below
+// threshold (linear RMS over windows of win samples) until the end of the next hold samples;
+// -1 if it never does.
+func SilentFrom(s []float32, from, win, hold int, threshold float64) int {
+	for i := max(from, 0); i+win <= len(s); i += win {
+		quiet := true
+		for j := i; j < min(i+hold, len(s)-win+1); j += win {
+			if RMS(s[j:j+win]) >= threshold {
+				quiet = false
+				break
+			}
+		}
+		if quiet {
+			return i
+		}
+	}
+	return -1
+}
