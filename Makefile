@@ -12,9 +12,10 @@ all: build
 deps:
 	@scripts/deps.sh
 
-## build: the omnisat binary in bin/
+## build: the omnisat binary and the light omnisat-ctl client in bin/
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/omnisat
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-ctl ./cmd/omnisat-ctl
 
 ## test: formatting, vet, all tests with -race, and a short fuzz run per decoder
 test: deps

@@ -30,8 +30,12 @@ type AudioConfig struct {
 	// Speaker: output rate (0: native) and volume 0..100 (changeable live).
 	OutputRate int  `yaml:"output_rate"`
 	Volume     *int `yaml:"volume"`
-	// Latency asked of PortAudio for both streams (0: the device's safe default).
-	Latency time.Duration `yaml:"latency"`
+	// InputLatency and OutputLatency are asked of PortAudio for each stream. Small buffers cost
+	// CPU (measured on PulseAudio: 69 ms CPU per second with ~9 ms buffers against 21 ms with
+	// 200 ms); the speaker's buffer bounds how fast an interrupt is heard, the microphone's
+	// only delays capture. Defaults 100 ms in, 50 ms out.
+	InputLatency  time.Duration `yaml:"input_latency"`
+	OutputLatency time.Duration `yaml:"output_latency"`
 	// JitterBuffer is how long reply audio waits before it starts playing, so that a server
 	// producing about a second of speech per second plays without gaps (0: play at once).
 	JitterBuffer *time.Duration `yaml:"jitter_buffer"`
@@ -54,6 +58,12 @@ func (c AudioConfig) WithDefaults() AudioConfig {
 	if c.Volume == nil {
 		v := 100
 		c.Volume = &v
+	}
+	if c.InputLatency == 0 {
+		c.InputLatency = 100 * time.Millisecond
+	}
+	if c.OutputLatency == 0 {
+		c.OutputLatency = 50 * time.Millisecond
 	}
 	if c.JitterBuffer == nil {
 		d := 200 * time.Millisecond
@@ -96,8 +106,10 @@ func (c AudioConfig) Validate() error {
 		return fmt.Errorf("audio.gain_db: %v is outside -40..40", c.GainDB)
 	case *c.Volume < 0 || *c.Volume > 100:
 		return fmt.Errorf("audio.volume: %d is outside 0..100", *c.Volume)
-	case c.Latency < 0 || c.Latency > 2*time.Second:
-		return fmt.Errorf("audio.latency: %v is outside 0..2s", c.Latency)
+	case c.InputLatency < 0 || c.InputLatency > 2*time.Second:
+		return fmt.Errorf("audio.input_latency: %v is outside 0..2s", c.InputLatency)
+	case c.OutputLatency < 0 || c.OutputLatency > 2*time.Second:
+		return fmt.Errorf("audio.output_latency: %v is outside 0..2s", c.OutputLatency)
 	case *c.JitterBuffer < 0 || *c.JitterBuffer > 2*time.Second:
 		return fmt.Errorf("audio.jitter_buffer: %v is outside 0..2s", *c.JitterBuffer)
 	}

@@ -44,7 +44,7 @@ func openMicrophone(ctx context.Context, c devices.AudioConfig, report *deviceRe
 		return src, desc, nil, nil
 	}
 	mic, err := audio.OpenMicrophone(ctx, audio.MicConfig{Device: spec, Rate: c.InputRate, Channels: c.InputChannels,
-		Channel: c.Channel(), GainDB: c.GainDB, Latency: c.Latency},
+		Channel: c.Channel(), GainDB: c.GainDB, Latency: c.InputLatency},
 		func(ok bool, err error) { report.state("microphone", ok, err) }, log.With("component", "microphone"))
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("audio.input: %w", err)
@@ -65,7 +65,7 @@ func openSpeaker(ctx context.Context, c devices.AudioConfig, report *deviceRepor
 		spk := devices.NewFileSpeaker(path, realtime.OutputSampleRate)
 		return spk, desc, spk.Close, nil
 	}
-	spk, err := audio.OpenSpeaker(ctx, audio.SpeakerConfig{Device: spec, Rate: c.OutputRate, Volume: *c.Volume, Latency: c.Latency},
+	spk, err := audio.OpenSpeaker(ctx, audio.SpeakerConfig{Device: spec, Rate: c.OutputRate, Volume: *c.Volume, Latency: c.OutputLatency},
 		func(ok bool, err error) { report.state("speaker", ok, err) }, log.With("component", "speaker"))
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("audio.output: %w", err)
