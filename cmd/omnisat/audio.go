@@ -62,6 +62,9 @@ func openSpeaker(ctx context.Context, c devices.AudioConfig, report *deviceRepor
 		desc += " (auto: " + why + ")"
 	}
 	if path, ok := strings.CutPrefix(spec, "file:"); ok || spec == "none" {
+		if !ok {
+			path = "" // none: a clock that plays into nothing, no file
+		}
 		spk := devices.NewFileSpeaker(path, realtime.OutputSampleRate)
 		return spk, desc, spk.Close, nil
 	}
