@@ -68,7 +68,6 @@ type session struct {
 	}
 
 	info   Info
-	ready  atomic.Bool // session.created seen: internal signals are no longer expected
 	events chan Event
 	sendQ  chan outMsg
 
@@ -84,6 +83,9 @@ type session struct {
 
 	lastServerErr atomic.Pointer[Error] // the latest gateway error, to explain a following close
 	initSent      atomic.Bool
+	// created is set by the read loop when session.created arrives, before anything after it is
+	// handled: a refusal of init is judged against it, not against Dial having caught up.
+	created atomic.Bool
 
 	wg sync.WaitGroup
 }
@@ -200,12 +202,13 @@ func (s *session) sendInit(ctx context.Context) *Error {
 	if err != nil {
 		return &Error{Class: ClassConfig, Code: CodeConfig, Message: "encode session init", Err: err}
 	}
+	// Marked before sending: the answer may be read before this goroutine runs again.
+	s.initSent.Store(true)
 	for _, m := range msgs {
 		if err := s.enqueue(ctx, m); err != nil {
 			return asError(err, "send session init")
 		}
 	}
-	s.initSent.Store(true)
 	return nil
 }
 
@@ -220,7 +223,6 @@ func (s *session) awaitCreated(ctx context.Context) *Error {
 			s.info.ID = ev.info.ID
 			s.info.ServerMode = ev.info.ServerMode
 			s.info.Metrics = ev.info.Metrics
-			s.ready.Store(true)
 			return nil
 		case queueSignal:
 			// A late queue report is harmless.
@@ -291,7 +293,7 @@ func (s *session) handle(ev Event) {
 		return
 	case serverErrSignal:
 		s.lastServerErr.Store(ev.err)
-		if !s.ready.Load() && s.initSent.Load() && ev.err.Class == ClassProtocol {
+		if !s.created.Load() && s.initSent.Load() && ev.err.Class == ClassProtocol {
 			s.end(s.mismatch(ev.err.Message), "", "")
 			return
 		}
@@ -300,8 +302,12 @@ func (s *session) handle(ev Event) {
 	case fatalSignal:
 		s.end(ev.err, "", "")
 		return
-	case queueSignal, createdSignal:
-		if s.ready.Load() {
+	case createdSignal:
+		if s.created.Swap(true) {
+			return // a second session.created: nothing to do
+		}
+	case queueSignal:
+		if s.created.Load() {
 			return // stray after set-up: nothing to do
 		}
 	case ErrorEvent:
@@ -419,10 +425,10 @@ func (s *session) readError(err error) *Error {
 				}
 			}
 		}
-		if ce.Code == websocket.CloseMessageTooBig && !s.ready.Load() {
+		if ce.Code == websocket.CloseMessageTooBig && !s.created.Load() {
 			e.Class = ClassConfig
 		}
-		if !s.ready.Load() && s.initSent.Load() && (ce.Code == websocket.CloseUnsupportedData) {
+		if !s.created.Load() && s.initSent.Load() && (ce.Code == websocket.CloseUnsupportedData) {
 			return s.mismatch(e.Message)
 		}
 		return e
@@ -452,7 +458,7 @@ func (s *session) closedError(reason, diag string) *Error {
 		return nil
 	default:
 	}
-	if !s.ready.Load() && s.initSent.Load() && (reason == "backend_error" || reason == "error") {
+	if !s.created.Load() && s.initSent.Load() && (reason == "backend_error" || reason == "error") {
 		msg := fmt.Sprintf("reason %q", reason)
 		if diag != "" {
 			msg += ": " + diag
