@@ -34,6 +34,12 @@ type Speaker interface {
 	Pending() time.Duration
 }
 
+// VolumeControl is a Speaker whose volume can change live (0..100). Optional.
+type VolumeControl interface {
+	SetVolume(v int)
+	Volume() int
+}
+
 // State is where the agent is in its life.
 type State string
 
@@ -71,6 +77,7 @@ type Status struct {
 
 	Muted    bool `json:"mic_muted"`
 	CameraOn bool `json:"camera_on"`
+	Volume   int  `json:"volume"` // speaker volume 0..100; -1 when the speaker has no control
 	Speech   bool `json:"speech"`
 	// Devices maps each device (microphone, speaker, camera) to "ok" or what is wrong with it.
 	Devices map[string]string `json:"devices,omitempty"`

@@ -168,6 +168,10 @@ func (s *Supervisor) Status() Status {
 		}
 	}
 	st.Muted = s.muted.Load()
+	st.Volume = -1
+	if vc, ok := s.speaker.(VolumeControl); ok {
+		st.Volume = vc.Volume()
+	}
 	st.CameraOn = s.cameraOn.Load() && s.frames != nil
 	if d, known := st.Devices["camera"]; known && d != "ok" {
 		st.CameraOn = false // video chunks carry no frames until it is back
@@ -228,6 +232,20 @@ func (s *Supervisor) Interrupt() {
 
 // Mute sends silence instead of the microphone while on (the session and its pacing go on).
 func (s *Supervisor) Mute(on bool) { s.muted.Store(on); s.do(func(l *loop) { l.publish() }) }
+
+// SetVolume sets the speaker's volume (0..100) now, if the speaker has a volume control.
+func (s *Supervisor) SetVolume(v int) error {
+	vc, ok := s.speaker.(VolumeControl)
+	if !ok {
+		return errors.New("volume: this speaker has no volume control")
+	}
+	if v < 0 || v > 100 {
+		return fmt.Errorf("volume: %d is outside 0..100", v)
+	}
+	vc.SetVolume(v)
+	s.do(func(l *loop) { l.publish() })
+	return nil
+}
 
 // Camera turns the frames on or off (mode=video sends audio only while off).
 func (s *Supervisor) Camera(on bool) { s.cameraOn.Store(on); s.do(func(l *loop) { l.publish() }) }

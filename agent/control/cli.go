@@ -15,7 +15,7 @@ import (
 const DefaultSocket = "/var/lib/omnisat/control.sock"
 
 // Usage lists the commands the CLI takes.
-const Usage = `status | start | stop | restart | interrupt | mute on|off | camera on|off | say TEXT | ask [--snapshot] TEXT`
+const Usage = `status | start | stop | restart | interrupt | mute on|off | camera on|off | volume 0..100 | say TEXT | ask [--snapshot] TEXT`
 
 // CLI is the command-line client (`omnisat ctl`, and the light `omnisat-ctl`, which starts in
 // milliseconds because it links no OpenCV). Exit codes: 0 ok, 1 failure, 2 usage, 3 config.
@@ -66,6 +66,11 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 	case "mute", "camera":
 		if len(rest) != 1 || (rest[0] != "on" && rest[0] != "off") {
 			return fail(2, "%s takes on or off", req.Cmd)
+		}
+		req.Arg = rest[0]
+	case "volume":
+		if len(rest) != 1 {
+			return fail(2, "volume takes a number 0..100")
 		}
 		req.Arg = rest[0]
 	case "say", "ask":

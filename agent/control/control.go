@@ -8,7 +8,7 @@
 //	{"cmd":"say","text":"hello"}             → {"ok":true,"answer":{"id":"...","text":"hello"}}
 //	{"cmd":"ask","text":"...","snapshot":true} → {"ok":true,"answer":{...}} (waits for the answer)
 //
-// Commands: status, start, stop, restart, interrupt, mute on|off, camera on|off, say, ask.
+// Commands: status, start, stop, restart, interrupt, mute on|off, camera on|off, volume N, say, ask.
 package control
 
 import (
@@ -169,6 +169,14 @@ func (s *Server) Do(ctx context.Context, req Request) Response {
 		} else {
 			sup.Camera(on)
 		}
+	case "volume":
+		v, err := strconv.Atoi(req.Arg)
+		if err != nil {
+			return Response{Error: fmt.Sprintf("volume: %q is not a number 0..100", req.Arg)}
+		}
+		if err := sup.SetVolume(v); err != nil {
+			return Response{Error: err.Error()}
+		}
 	case "say", "ask":
 		if req.Text == "" {
 			return Response{Error: req.Cmd + ": no text"}
@@ -177,7 +185,7 @@ func (s *Server) Do(ctx context.Context, req Request) Response {
 	case "":
 		return Response{Error: "no cmd in request"}
 	default:
-		return Response{Error: fmt.Sprintf("unknown command %q (want status, start, stop, restart, interrupt, mute, camera, say, ask)", req.Cmd)}
+		return Response{Error: fmt.Sprintf("unknown command %q (want status, start, stop, restart, interrupt, mute, camera, volume, say, ask)", req.Cmd)}
 	}
 	// Give the agent's loop a moment so the status shows the command's effect.
 	time.Sleep(50 * time.Millisecond)

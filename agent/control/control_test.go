@@ -63,6 +63,8 @@ func TestCommands(t *testing.T) {
 		{Request{}, "no cmd"},
 		{Request{Cmd: "mute", Arg: "loud"}, `"loud" is not on or off`},
 		{Request{Cmd: "say"}, "say: no text"},
+		{Request{Cmd: "volume", Arg: "loud"}, "not a number"},
+		{Request{Cmd: "volume", Arg: "50"}, "no volume control"},
 		{Request{Cmd: "ask", Text: "what?", Snapshot: true}, "no camera"},
 	} {
 		resp, err := Call(ctx, path, tt.req)

@@ -272,6 +272,9 @@ log:
 	if latency > 100*time.Millisecond {
 		t.Errorf("speaker silent %v after interrupt, want ≤ 100 ms", latency)
 	}
+	if out, err := exec.Command(ctlBin, "--socket", sock, "volume", "40").CombinedOutput(); err != nil || !strings.Contains(string(out), `"volume": 40`) {
+		t.Errorf("omnisat-ctl volume 40: %v %s", err, out)
+	}
 	st := status(t, sock)
 	b, _ := json.Marshal(st.Devices)
 	if st.Devices["microphone"] != "" && st.Devices["microphone"] != "ok" || strings.Contains(string(b), "lost") {
