@@ -1,7 +1,10 @@
 package control
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -108,4 +111,23 @@ func TestSocketInUse(t *testing.T) {
 	if _, err := Call(context.Background(), filepath.Join(t.TempDir(), "none.sock"), Request{Cmd: "status"}); err == nil || !strings.Contains(err.Error(), "is omnisat running") {
 		t.Fatalf("missing socket: %v", err)
 	}
+}
+
+// FuzzRequest feeds arbitrary bytes to the request reader and decoder: an error or a request,
+// never a panic, and never a line longer than the limit.
+func FuzzRequest(f *testing.F) {
+	f.Add([]byte(`{"cmd":"status"}` + "\n"))
+	f.Add([]byte(`{"cmd":"ask","text":"x","snapshot":true}` + "\n"))
+	f.Add([]byte("{\"cmd\":\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		line, err := readLine(bufio.NewReader(bytes.NewReader(data)))
+		if err != nil {
+			return
+		}
+		if len(line) > maxRequest {
+			t.Fatalf("line of %d bytes accepted", len(line))
+		}
+		var req Request
+		_ = json.Unmarshal(line, &req)
+	})
 }
