@@ -15,8 +15,36 @@ package audio
 /*
 #cgo pkg-config: portaudio-2.0
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <portaudio.h>
+
+// omnisatQuietInit runs Pa_Initialize with stderr pointed at /dev/null: probing every ALSA
+// and JACK device prints dozens of lines ("cannot find card", "jack server is not running")
+// that are not errors of ours and would bury the service's log. Errors still come back as
+// the return code.
+static PaError omnisatQuietInit(int quiet) {
+	if (!quiet) {
+		return Pa_Initialize();
+	}
+	fflush(stderr);
+	int saved = dup(2);
+	int null = open("/dev/null", O_WRONLY);
+	if (saved < 0 || null < 0) {
+		if (saved >= 0) close(saved);
+		if (null >= 0) close(null);
+		return Pa_Initialize();
+	}
+	dup2(null, 2);
+	PaError err = Pa_Initialize();
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	close(null);
+	return err;
+}
 
 extern void omnisatAudioCallback(uintptr_t handle, float *in, float *out, unsigned long frames);
 
@@ -50,6 +78,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime/cgo"
 	"sync"
 	"time"
@@ -133,7 +162,12 @@ func paDo(f func() error) error {
 }
 
 func paInit() error {
-	if err := paError(C.Pa_Initialize()); err != nil {
+	// OMNISAT_AUDIO_DEBUG=1 lets ALSA's and JACK's own messages through, for diagnosing devices.
+	quiet := C.int(1)
+	if os.Getenv("OMNISAT_AUDIO_DEBUG") == "1" {
+		quiet = 0
+	}
+	if err := paError(C.omnisatQuietInit(quiet)); err != nil {
 		return fmt.Errorf("initialise PortAudio: %w", err)
 	}
 	pa.inited = true
