@@ -109,6 +109,34 @@ func (r *liveRecording) stop() {
 	}
 }
 
+// runOmnisat starts `omnisat run` as a child process (its environment carries PULSE_SERVER
+// from testaudio) and returns the function that stops it with SIGINT, showing its output when
+// the test failed.
+func runOmnisat(t *testing.T, bin, cfgPath, stateDir string) (stop func()) {
+	t.Helper()
+	var logs syncBuffer
+	cmd := exec.Command(bin, "run", "-c", cfgPath, "--state-dir", stateDir)
+	cmd.Env = os.Environ()
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return func() {
+		cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Error("omnisat run did not stop on SIGINT")
+		}
+		if t.Failed() {
+			t.Logf("omnisat output:\n%s", logs.String())
+		}
+	}
+}
+
 func status(t *testing.T, sock string) agent.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -175,27 +203,7 @@ log:
 		return
 	}
 	rec := startLiveRecording(t)
-	var logs syncBuffer
-	cmd := exec.Command(bin, "run", "-c", cfgPath, "--state-dir", dir)
-	cmd.Env = os.Environ() // carries PULSE_SERVER from testaudio
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			t.Error("omnisat run did not stop on SIGINT")
-		}
-		if t.Failed() {
-			t.Logf("omnisat output:\n%s", logs.String())
-		}
-	}()
+	defer runOmnisat(t, bin, cfgPath, dir)()
 	waitState(t, sock, agent.StateListening, 20*time.Second)
 
 	// Phase 1: speech in, parrot reply out.
@@ -304,27 +312,7 @@ camera:
 control:
   socket: `+sock+`
 `), 0o600)
-	var logs syncBuffer
-	cmd := exec.Command(bin, "run", "-c", cfgPath, "--state-dir", dir)
-	cmd.Env = os.Environ()
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			t.Error("omnisat run did not stop on SIGINT")
-		}
-		if t.Failed() {
-			t.Logf("omnisat output:\n%s", logs.String())
-		}
-	}()
+	defer runOmnisat(t, bin, cfgPath, dir)()
 	waitState(t, sock, agent.StateListening, 20*time.Second)
 	card.Stop()
 	lostAt := time.Now()
