@@ -30,9 +30,10 @@ start_sim() {
 
 say() { printf '\n\033[1m%s\033[0m\n$ %s\n' "$1" "$2"; }
 
-say "1. The agent: omnisat run with the built-in simulator as the model server, a looping WAV file as
-   the microphone and a folder of JPEGs as the camera. It connects, streams 1 s chunks with a frame
-   each, and the simulator's parrot answers what it heard and saw." \
+say "1. The agent: omnisat run with the built-in simulator as the model server. It uses this machine's
+   microphone, speaker and camera if it has them, else a looping WAV file and a folder of JPEGs
+   (the first line says which). It streams 1 s chunks with a frame each, and the simulator's
+   parrot answers what it heard and saw." \
 	"omnisat run --simulator -c configs/demo/demo.yaml --state-dir \$STATE"
 "$bin" run --simulator -c configs/demo/demo.yaml --state-dir "$work/state" &
 agent=$!
