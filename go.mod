@@ -1,6 +1,6 @@
 module github.com/omnisat/omnisat
 
-go 1.24
+go 1.24.0
 
 require (
 	github.com/gorilla/websocket v1.5.3
@@ -9,5 +9,11 @@ require (
 
 require (
 	gocv.io/x/gocv v0.31.0
-	golang.org/x/sys v0.35.0
+	golang.org/x/sys v0.36.0
+)
+
+require (
+	github.com/eclipse/paho.mqtt.golang v1.5.1
+	golang.org/x/net v0.44.0 // indirect
+	golang.org/x/sync v0.17.0 // indirect
 )

@@ -1,0 +1,586 @@
+// Package mqtt connects the agent to a home-automation hub over MQTT: state, transcripts, events
+// and statistics out; commands in; Home Assistant device discovery; and an on-disk outbox so
+// that no transcript, answer or event is lost while the broker is away. See README.md.
+//
+// It knows the agent's public API and paho; nothing of devices or the model server's protocol.
+package mqtt
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/omnisat/omnisat/agent"
+)
+
+// Agent is the part of *agent.Supervisor the bridge drives.
+type Agent interface {
+	Subscribe(buffer int) (<-chan agent.Event, func())
+	Status() agent.Status
+	Start()
+	Stop()
+	Restart()
+	Interrupt()
+	Mute(on bool)
+	Camera(on bool)
+	SetVolume(v int) error
+	SetInstructions(text string, restart bool)
+	Ask(id, question string, snapshot bool)
+	Say(id, text string)
+}
+
+// ErrDisabled is returned by New when no broker is configured.
+var ErrDisabled = errors.New("mqtt: no broker configured (mqtt.broker is empty): MQTT is disabled")
+
+const (
+	eventBuffer      = 4096
+	shutdownGrace    = 300 * time.Millisecond
+	offlineTimeout   = 2 * time.Second
+	subscribeTimeout = 10 * time.Second
+	maxPartialBytes  = 8 << 10
+)
+
+// Bridge is one connection to the broker on behalf of one agent.
+type Bridge struct {
+	cfg      Config
+	deviceID string
+	objectID string // deviceID restricted to [a-zA-Z0-9_-]
+	version  string
+	agent    Agent
+	log      *slog.Logger
+	password string
+	tls      *tls.Config
+	started  time.Time
+
+	events    <-chan agent.Event
+	cancelSub func()
+
+	connCh chan struct{} // OnConnect → run loop: announce
+	haCh   chan struct{} // Home Assistant said online → run loop: discovery + state
+	cmdCh  chan inbound  // command messages → run loop
+	seq    atomic.Uint64 // ids for ask/say without one
+	runs   atomic.Bool
+
+	mu          sync.Mutex
+	lastConnErr error
+	connects    int
+
+	// run-loop state (only the Run goroutine touches these)
+	lastStateKey string
+	lastUtter    []byte
+	partial      map[string]string // session id → assistant text so far
+}
+
+type inbound struct {
+	topic    string
+	payload  []byte
+	retained bool
+}
+
+// New checks the configuration, reads the password file and TLS files, and subscribes to the
+// agent's events (so nothing is missed between New and Run). cfg should have been passed through
+// Resolve(deviceID, stateDir); New resolves what is still missing from deviceID. a may be nil for
+// a bridge that only runs RemoveDiscovery.
+func New(cfg Config, deviceID, version string, a Agent, log *slog.Logger) (*Bridge, error) {
+	if !cfg.Enabled() {
+		return nil, ErrDisabled
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg = cfg.Resolve(deviceID, "")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if version == "" {
+		version = "dev"
+	}
+	b := &Bridge{
+		cfg: cfg, deviceID: deviceID, objectID: topicSafeID(deviceID), version: version, agent: a,
+		log: log.With("component", "mqtt"), password: cfg.Password, started: time.Now(),
+		connCh: make(chan struct{}, 1), haCh: make(chan struct{}, 1), cmdCh: make(chan inbound, 64),
+		partial: map[string]string{},
+	}
+	if cfg.PasswordFile != "" {
+		pw, err := os.ReadFile(cfg.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt.password_file: read %q: %w", cfg.PasswordFile, err)
+		}
+		b.password = strings.TrimRight(string(pw), "\r\n")
+	}
+	u, _ := url.Parse(cfg.Broker) // checked by Validate
+	switch u.Scheme {
+	case "ssl", "tls", "mqtts", "wss":
+		t, err := buildTLS(cfg.TLS, u.Hostname())
+		if err != nil {
+			return nil, err
+		}
+		b.tls = t
+	}
+	if a != nil {
+		b.events, b.cancelSub = a.Subscribe(eventBuffer)
+	}
+	return b, nil
+}
+
+func buildTLS(c TLSConfig, host string) (*tls.Config, error) {
+	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host, InsecureSkipVerify: c.Insecure} //nolint:gosec // opt-in, documented
+	if c.ServerName != "" {
+		t.ServerName = c.ServerName
+	}
+	if c.CAFile != "" {
+		pemData, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt.tls.ca_file: read %q: %w", c.CAFile, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pemData) {
+			return nil, fmt.Errorf("mqtt.tls.ca_file: %q holds no PEM certificate", c.CAFile)
+		}
+		t.RootCAs = pool
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt.tls.cert_file: load %q with key %q: %w", c.CertFile, c.KeyFile, err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
+
+// Topic returns the full topic of a name under the prefix ("state" → "omnisat/kiosk1/state").
+func (b *Bridge) Topic(name string) string { return b.cfg.Prefix + "/" + name }
+
+// Config is the resolved configuration in use.
+func (b *Bridge) Config() Config { return b.cfg }
+
+// LastConnectError is the error of the latest failed connection attempt (nil once connected).
+func (b *Bridge) LastConnectError() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastConnErr
+}
+
+func (b *Bridge) clientOptions(clientID string, will bool) *paho.ClientOptions {
+	o := paho.NewClientOptions().
+		AddBroker(b.cfg.Broker).
+		SetClientID(clientID).
+		SetUsername(b.cfg.Username).
+		SetPassword(b.password).
+		SetKeepAlive(b.cfg.Keepalive).
+		SetConnectTimeout(b.cfg.ConnectTimeout).
+		SetCleanSession(true).
+		SetOrderMatters(false).
+		SetAutoReconnect(true).
+		SetMaxReconnectInterval(b.cfg.MaxReconnectInterval).
+		SetConnectRetry(true).
+		SetConnectRetryInterval(time.Second).
+		SetWriteTimeout(10 * time.Second)
+	if b.tls != nil {
+		o.SetTLSConfig(b.tls)
+	}
+	if will {
+		o.SetBinaryWill(b.Topic("availability"), []byte("offline"), 1, true)
+	}
+	o.SetConnectionNotificationHandler(func(_ paho.Client, n paho.ConnectionNotification) {
+		switch n := n.(type) {
+		case paho.ConnectionNotificationBrokerFailed:
+			b.setConnErr(fmt.Errorf("connect to %s: %w", b.cfg.Broker, n.Reason))
+		case paho.ConnectionNotificationFailed:
+			b.setConnErr(fmt.Errorf("connect to %s: %w", b.cfg.Broker, n.Reason))
+		case paho.ConnectionNotificationLost:
+			b.log.Warn("mqtt: connection lost; reconnecting", "broker", b.cfg.Broker, "err", n.Reason)
+		case paho.ConnectionNotificationConnected:
+			b.mu.Lock()
+			b.lastConnErr = nil
+			b.connects++
+			b.mu.Unlock()
+			b.log.Info("mqtt: connected", "broker", b.cfg.Broker, "client_id", clientID)
+		}
+	})
+	return o
+}
+
+func (b *Bridge) setConnErr(err error) {
+	b.mu.Lock()
+	repeated := b.lastConnErr != nil && b.lastConnErr.Error() == err.Error()
+	b.lastConnErr = err
+	b.mu.Unlock()
+	if !repeated {
+		b.log.Error("mqtt: cannot connect; retrying with backoff", "err", err)
+	}
+}
+
+// Run connects (retrying in the background while the broker is unreachable), publishes until ctx
+// is done, then publishes a retained "offline" and disconnects cleanly. Messages still in the
+// outbox stay on disk for the next run.
+func (b *Bridge) Run(ctx context.Context) error {
+	if b.agent == nil {
+		return errors.New("mqtt: Run needs an agent")
+	}
+	if !b.runs.CompareAndSwap(false, true) {
+		return errors.New("mqtt: Run was already called on this bridge")
+	}
+	defer b.cancelSub()
+	ob, err := openOutbox(b.cfg.Outbox.Path, b.cfg.Outbox.MaxBytes)
+	if err != nil {
+		return fmt.Errorf("mqtt.outbox.path: %w", err)
+	}
+	defer ob.Close()
+	if n, bytes, _ := ob.Stats(); n > 0 {
+		b.log.Info("mqtt: outbox holds messages from before; they go out first", "messages", n, "bytes", bytes)
+	}
+
+	opts := b.clientOptions(b.cfg.ClientID, true)
+	opts.SetOnConnectHandler(b.onConnect)
+	client := paho.NewClient(opts)
+	b.log.Info("mqtt: starting", "config", b.cfg)
+	client.Connect() // with ConnectRetry this keeps trying in the background
+
+	sendCtx, stopSend := context.WithCancel(context.Background())
+	sendDone := make(chan struct{})
+	go b.sendLoop(sendCtx, client, ob, sendDone)
+
+	var statsC <-chan time.Time
+	if b.cfg.StatsInterval > 0 {
+		t := time.NewTicker(b.cfg.StatsInterval)
+		defer t.Stop()
+		statsC = t.C
+	}
+	events := b.events
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			b.handleEvent(client, ob, ev)
+		case <-b.connCh:
+			b.announce(client, ob)
+		case <-b.haCh:
+			b.log.Info("mqtt: Home Assistant is online; publishing discovery and state")
+			b.publishDiscovery(client)
+			b.publishState(client, b.agent.Status(), true)
+		case m := <-b.cmdCh:
+			b.handleCommand(client, m)
+		case <-statsC:
+			b.publishStats(client, ob)
+		}
+	}
+
+	// The agent usually stops with the same context: keep what it still says (session_ended...).
+	if events != nil {
+		grace := time.NewTimer(shutdownGrace)
+	drain:
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					break drain
+				}
+				b.handleEvent(client, ob, ev)
+			case <-grace.C:
+				break drain
+			}
+		}
+		grace.Stop()
+	}
+	stopSend()
+	<-sendDone
+	if client.IsConnectionOpen() {
+		t := client.Publish(b.Topic("availability"), 1, true, "offline")
+		if !t.WaitTimeout(offlineTimeout) || t.Error() != nil {
+			b.log.Warn("mqtt: could not publish offline before disconnecting (the will covers it)", "err", t.Error())
+		}
+	}
+	client.Disconnect(250)
+	if n, _, _ := ob.Stats(); n > 0 {
+		b.log.Info("mqtt: stopped; messages kept in the outbox for the next start", "messages", n)
+	} else {
+		b.log.Info("mqtt: stopped")
+	}
+	return nil
+}
+
+// onConnect runs on paho's goroutine after every (re)connection: subscribe, then let the run loop
+// announce availability, discovery and state.
+func (b *Bridge) onConnect(c paho.Client) {
+	subs := map[string]byte{b.Topic("cmd/+"): 1}
+	if b.cfg.DiscoveryEnabled() {
+		subs[b.cfg.DiscoveryPrefix+"/status"] = 1
+	}
+	t := c.SubscribeMultiple(subs, b.onMessage)
+	if !t.WaitTimeout(subscribeTimeout) || t.Error() != nil {
+		b.log.Error("mqtt: subscribe to commands failed", "topics", subs, "err", t.Error())
+	}
+	select {
+	case b.connCh <- struct{}{}:
+	default:
+	}
+}
+
+func (b *Bridge) onMessage(_ paho.Client, m paho.Message) {
+	if m.Topic() == b.cfg.DiscoveryPrefix+"/status" {
+		if strings.TrimSpace(string(m.Payload())) == "online" {
+			select {
+			case b.haCh <- struct{}{}:
+			default:
+			}
+		}
+		return
+	}
+	select {
+	case b.cmdCh <- inbound{topic: m.Topic(), payload: append([]byte(nil), m.Payload()...), retained: m.Retained()}:
+	default:
+		b.log.Warn("mqtt: command dropped: more than 64 commands waiting", "topic", m.Topic())
+	}
+}
+
+// publish sends a message if the connection is open (state, stats and the like are republished
+// on every connect, so skipping them while away loses nothing). It does not wait for the broker.
+func (b *Bridge) publish(c paho.Client, topic string, qos byte, retained bool, payload []byte) bool {
+	if !c.IsConnectionOpen() {
+		return false
+	}
+	t := c.Publish(topic, qos, retained, payload)
+	go func() {
+		if t.WaitTimeout(30*time.Second) && t.Error() != nil {
+			b.log.Warn("mqtt: publish failed", "topic", topic, "err", t.Error())
+		}
+	}()
+	return true
+}
+
+func (b *Bridge) announce(c paho.Client, ob *outbox) {
+	b.publish(c, b.Topic("availability"), 1, true, []byte("online"))
+	if b.cfg.DiscoveryEnabled() {
+		b.publishDiscovery(c)
+	}
+	b.publishState(c, b.agent.Status(), true)
+	if b.lastUtter != nil {
+		b.publish(c, b.Topic("last_utterance"), 1, true, b.lastUtter)
+	}
+	if b.cfg.StatsInterval > 0 {
+		b.publishStats(c, ob)
+	}
+}
+
+func (b *Bridge) publishDiscovery(c paho.Client) {
+	b.publish(c, b.discoveryTopic(), 1, true, marshal(b.discoveryPayload()))
+}
+
+func (b *Bridge) publishState(c paho.Client, st agent.Status, force bool) {
+	p := buildState(st)
+	key := p.key()
+	if !force && key == b.lastStateKey {
+		return
+	}
+	if b.publish(c, b.Topic("state"), 1, true, marshal(p)) {
+		b.lastStateKey = key
+	}
+}
+
+func (b *Bridge) handleEvent(c paho.Client, ob *outbox, ev agent.Event) {
+	switch ev := ev.(type) {
+	case agent.StateChanged:
+		b.publishState(c, ev.Status, false)
+	case agent.TextDelta:
+		if !b.cfg.PartialTranscripts {
+			return
+		}
+		text := b.partial[ev.SessionID] + ev.Text
+		if len(text) > maxPartialBytes {
+			text = text[len(text)-maxPartialBytes:]
+		}
+		clear(b.partial) // only the live session's reply is kept
+		b.partial[ev.SessionID] = text
+		b.publish(c, b.Topic("transcript/partial"), 0, false,
+			marshal(transcriptPayload{Role: "assistant", Text: text, SessionID: ev.SessionID}))
+	case agent.Utterance:
+		if ev.Partial {
+			if b.cfg.PartialTranscripts {
+				b.publish(c, b.Topic("transcript/partial"), 0, false, marshal(buildTranscript(ev)))
+			}
+			return
+		}
+		payload := marshal(buildTranscript(ev))
+		b.enqueue(ob, "transcript", payload)
+		if ev.Role == "assistant" {
+			delete(b.partial, ev.SessionID)
+			b.lastUtter = payload
+			b.publish(c, b.Topic("last_utterance"), 1, true, payload)
+		}
+	case agent.Lifecycle:
+		b.enqueue(ob, "event", marshal(eventPayload{Kind: ev.Kind, SessionID: ev.SessionID, Reason: ev.Reason, At: rfc3339(ev.At)}))
+	case agent.Answer:
+		b.enqueue(ob, "answer", marshal(answerPayload(ev)))
+	}
+}
+
+// enqueue puts a message in the outbox; a drop by the bound is reported on event (itself queued).
+func (b *Bridge) enqueue(ob *outbox, name string, payload []byte) {
+	dropped, err := ob.Enqueue(b.Topic(name), payload)
+	if err != nil {
+		b.log.Error("mqtt: message not queued", "topic", b.Topic(name), "err", err)
+	}
+	if dropped > 0 {
+		_, _, total := ob.Stats()
+		reason := fmt.Sprintf("outbox full (%d bytes): dropped the %d oldest message(s), %d since start", b.cfg.Outbox.MaxBytes, dropped, total)
+		b.log.Warn("mqtt: "+reason, "path", b.cfg.Outbox.Path)
+		if _, err := ob.Enqueue(b.Topic("event"), marshal(eventPayload{Kind: "outbox_dropped", Reason: reason, At: rfc3339(time.Now())})); err != nil {
+			b.log.Error("mqtt: drop report not queued", "err", err)
+		}
+	}
+}
+
+func (b *Bridge) handleCommand(c paho.Client, m inbound) {
+	name := strings.TrimPrefix(m.topic, b.Topic("cmd/"))
+	if m.retained {
+		// A retained command would be applied again on every reconnect.
+		b.reject(c, m, name, errors.New("retained commands are ignored: publish without the retain flag"))
+		return
+	}
+	cmd, err := parseCommand(name, m.payload)
+	if err != nil {
+		b.reject(c, m, name, err)
+		return
+	}
+	if (name == "ask" || name == "say") && cmd.id == "" {
+		cmd.id = fmt.Sprintf("%s-%d", name, b.seq.Add(1))
+	}
+	if err := cmd.apply(b.agent); err != nil {
+		b.reject(c, m, name, err)
+		return
+	}
+	b.log.Info("mqtt: command", "name", name, "id", cmd.id)
+}
+
+func (b *Bridge) reject(c paho.Client, m inbound, name string, err error) {
+	msg := errorMessage{Topic: m.topic, Payload: string(m.payload), Error: "cmd/" + name + ": " + err.Error(), At: rfc3339(time.Now())}
+	if len(msg.Payload) > 200 {
+		msg.Payload = quote(msg.Payload)
+	}
+	b.log.Warn("mqtt: bad command", "topic", m.topic, "err", err)
+	b.publish(c, b.Topic("error"), 1, false, marshal(msg))
+}
+
+func (b *Bridge) publishStats(c paho.Client, ob *outbox) {
+	st := b.agent.Status()
+	n, bytes, dropped := ob.Stats()
+	b.mu.Lock()
+	reconnects := max(b.connects-1, 0)
+	b.mu.Unlock()
+	p := statsPayload{
+		UptimeS: time.Since(b.started).Round(time.Second).Seconds(), ChunksSent: st.ChunksSent,
+		ChunksDropped: st.ChunksDropped, AudioDroppedS: st.SecondsDropped,
+		OutboxPending: n, OutboxBytes: bytes, OutboxDropped: dropped, MQTTReconnects: reconnects,
+		BytesUp: st.BytesUp, BytesDown: st.BytesDown,
+	}
+	if st.PlaybackUnderruns >= 0 {
+		u := st.PlaybackUnderruns
+		p.PlaybackUnderruns = &u
+	}
+	if d, ok := b.agent.(interface{ Dropped() uint64 }); ok {
+		v := d.Dropped()
+		p.EventsDropped = &v
+	}
+	if cpu, rss, ok := procStats(); ok {
+		p.CPUSeconds, p.RSSBytes = cpu, rss
+	}
+	b.publish(c, b.Topic("stats"), 0, false, marshal(p))
+}
+
+// sendLoop delivers the outbox, oldest first, one message at a time: a message leaves the outbox
+// only after the broker's PUBACK. While disconnected it waits; paho re-sends a message that was in
+// flight when the link dropped, and its token completes then.
+func (b *Bridge) sendLoop(ctx context.Context, c paho.Client, ob *outbox, done chan<- struct{}) {
+	defer close(done)
+	for {
+		rec, ok := ob.Peek()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ob.ready:
+			}
+			continue
+		}
+		if !c.IsConnectionOpen() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		t := c.Publish(rec.topic, 1, false, rec.payload)
+		waited := 0
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return // not acknowledged: it stays in the outbox
+			case <-t.Done():
+				break wait
+			case <-time.After(30 * time.Second):
+				waited += 30
+				b.log.Warn("mqtt: still waiting for the broker to acknowledge", "topic", rec.topic, "seconds", waited)
+			}
+		}
+		if err := t.Error(); err != nil {
+			b.log.Warn("mqtt: publish from outbox failed; retrying", "topic", rec.topic, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			continue
+		}
+		if err := ob.Ack(rec.end); err != nil {
+			b.log.Error("mqtt: outbox acknowledgement not recorded (the message may be sent again after a restart)", "err", err)
+		}
+	}
+}
+
+// RemoveDiscovery publishes an empty retained message on the discovery topic, which makes Home
+// Assistant remove the device and its entities (for `omnisat mqtt remove-discovery`). It uses its
+// own short connection, without will or availability.
+func (b *Bridge) RemoveDiscovery(ctx context.Context) error {
+	opts := b.clientOptions(b.cfg.ClientID+"-rm", false).SetConnectRetry(false).SetAutoReconnect(false)
+	c := paho.NewClient(opts)
+	if err := wait(ctx, c.Connect()); err != nil {
+		return fmt.Errorf("mqtt: remove discovery: connect to %s: %w", b.cfg.Broker, err)
+	}
+	defer c.Disconnect(250)
+	topic := b.discoveryTopic()
+	if err := wait(ctx, c.Publish(topic, 1, true, []byte{})); err != nil {
+		return fmt.Errorf("mqtt: remove discovery: publish empty config on %s: %w", topic, err)
+	}
+	b.log.Info("mqtt: Home Assistant discovery removed", "topic", topic)
+	return nil
+}
+
+func wait(ctx context.Context, t paho.Token) error {
+	select {
+	case <-t.Done():
+		return t.Error()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
