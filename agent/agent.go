@@ -85,7 +85,15 @@ type Status struct {
 	ChunksSent     uint64  `json:"chunks_sent"`
 	ChunksDropped  uint64  `json:"chunks_dropped"`
 	SecondsDropped float64 `json:"audio_dropped_s"`
+	// BytesUp and BytesDown count the WebSocket traffic of every session so far.
+	BytesUp   uint64 `json:"bytes_up"`
+	BytesDown uint64 `json:"bytes_down"`
+	// PlaybackUnderruns counts times the speaker ran dry mid-reply (-1: not known).
+	PlaybackUnderruns int64 `json:"playback_underruns"`
 }
+
+// UnderrunCounter is a Speaker that counts its underruns. Optional.
+type UnderrunCounter interface{ Underruns() int64 }
 
 // Event is something the agent publishes. The concrete types below are the whole set.
 type Event interface{ agentEvent() }

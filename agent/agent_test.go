@@ -247,8 +247,13 @@ func TestAlwaysConnectsAndStreams(t *testing.T) {
 			t.Fatalf("chunk %d has %d samples, want 4000 (250 ms)", i, a.Samples)
 		}
 	}
-	if st := h.sup.Status(); st.State != agent.StateStopped {
+	st := h.sup.Status()
+	if st.State != agent.StateStopped {
 		t.Errorf("final state %s", st.State)
+	}
+	// Every sample went up as base64 float32 (4 bytes → 5⅓ characters), so at least that much.
+	if min := uint64(len(got)) * 4 * 4 / 3; st.BytesUp < min || st.BytesDown == 0 {
+		t.Errorf("traffic up %d (want ≥ %d), down %d", st.BytesUp, min, st.BytesDown)
 	}
 	h.noRejections()
 }

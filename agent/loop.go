@@ -23,6 +23,7 @@ type live struct {
 	started time.Time
 	kv      int
 	planned bool // we are closing it on purpose: its end is not a loss
+	retired bool // its traffic has been added to the totals
 
 	sentChunks atomic.Uint64
 	lost       atomic.Bool
@@ -178,7 +179,20 @@ func (l *loop) closeAll(reason string) {
 	l.cur, l.next = nil, nil
 }
 
+// retire counts a session's traffic into the totals when it stops being the active one (it
+// may still exchange the goodbye; that little is not counted).
+func (l *loop) retire(lv *live) {
+	if lv == nil || lv.retired {
+		return
+	}
+	lv.retired = true
+	t := lv.sess.Stats()
+	l.s.bytesUp.Add(t.BytesSent)
+	l.s.bytesDown.Add(t.BytesReceived)
+}
+
 func (l *loop) closeAsync(lv *live, reason string) {
+	l.retire(lv)
 	lv.planned = true
 	l.wg.Add(1)
 	go func() {
@@ -478,6 +492,7 @@ func (l *loop) interrupted() {
 // sessionLost handles an end we did not ask for.
 func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 	s := l.s
+	l.retire(lv)
 	l.s.sendMu.Lock()
 	s.active.CompareAndSwap(lv, nil)
 	l.cur = nil

@@ -83,7 +83,9 @@ type Supervisor struct {
 	interrupt atomic.Bool // capture cuts the current chunk short and marks it force_listen
 	speech    atomic.Bool // local voice activity right now
 	sent      atomic.Uint64
-	speechCh  chan bool // capture → loop: speech started/stopped
+	// Traffic of sessions already left behind; the active one's is added in Status.
+	bytesUp, bytesDown atomic.Uint64
+	speechCh           chan bool // capture → loop: speech started/stopped
 
 	statusMu sync.Mutex
 	status   Status
@@ -181,8 +183,16 @@ func (s *Supervisor) Status() Status {
 	_, dc, ds := s.backlog.stats()
 	st.ChunksDropped = dc
 	st.SecondsDropped = float64(ds) / inputRate
+	st.BytesUp, st.BytesDown = s.bytesUp.Load(), s.bytesDown.Load()
 	if l := s.active.Load(); l != nil {
 		st.SessionAge = s.now().Sub(l.started).Seconds()
+		t := l.sess.Stats()
+		st.BytesUp += t.BytesSent
+		st.BytesDown += t.BytesReceived
+	}
+	st.PlaybackUnderruns = -1
+	if u, ok := s.speaker.(UnderrunCounter); ok {
+		st.PlaybackUnderruns = u.Underruns()
 	}
 	return st
 }

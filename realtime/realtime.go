@@ -164,6 +164,13 @@ type Session interface {
 	// Done is closed when the session has ended; Err then says why (nil after a clean Close).
 	Done() <-chan struct{}
 	Err() error
+	// Stats counts the session's traffic so far.
+	Stats() Stats
+}
+
+// Stats is a session's traffic: WebSocket message payload bytes each way.
+type Stats struct {
+	BytesSent, BytesReceived uint64
 }
 
 // Dial connects, waits through the server's queue (reporting to cfg.OnQueue), initialises the

@@ -81,6 +81,8 @@ type session struct {
 	closeOnce   sync.Once
 	closeReason atomic.Value // string: the reason we sent in session.close
 
+	bytesSent, bytesRecv atomic.Uint64
+
 	lastServerErr atomic.Pointer[Error] // the latest gateway error, to explain a following close
 	initSent      atomic.Bool
 	// created is set by the read loop when session.created arrives, before anything after it is
@@ -273,6 +275,7 @@ func (s *session) readLoop() {
 			break
 		}
 		s.extendDeadline()
+		s.bytesRecv.Add(uint64(len(data)))
 		if typ != websocket.TextMessage && typ != websocket.BinaryMessage {
 			continue
 		}
@@ -349,6 +352,7 @@ func (s *session) writeLoop() {
 				typ = websocket.BinaryMessage
 			}
 			s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+			s.bytesSent.Add(uint64(len(m.data)))
 			if err := s.conn.WriteMessage(typ, m.data); err != nil {
 				s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
 					Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}, "", "")
@@ -514,7 +518,12 @@ func asError(err error, doing string) *Error {
 	return &Error{Class: ClassRetryable, Code: CodeWriteFailed, Message: doing, Err: err}
 }
 
-func (s *session) Info() Info            { return s.info }
+func (s *session) Info() Info { return s.info }
+
+func (s *session) Stats() Stats {
+	return Stats{BytesSent: s.bytesSent.Load(), BytesReceived: s.bytesRecv.Load()}
+}
+
 func (s *session) Events() <-chan Event  { return s.events }
 func (s *session) Done() <-chan struct{} { return s.done }
 

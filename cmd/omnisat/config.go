@@ -13,6 +13,7 @@ import (
 
 	"github.com/omnisat/omnisat/agent"
 	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/mqtt"
 	"github.com/omnisat/omnisat/realtime"
 )
 
@@ -28,6 +29,7 @@ type fileConfig struct {
 	Audio    devices.AudioConfig `yaml:"audio"`
 	Camera   cameraSection       `yaml:"camera"`
 	Control  controlConfig       `yaml:"control"`
+	MQTT     mqtt.Config         `yaml:"mqtt"`
 	Log      logConfig           `yaml:"log"`
 }
 
@@ -47,6 +49,12 @@ const simulatorURL = "ws://127.0.0.1:1/v1/realtime"
 // loadConfig reads and checks a configuration file. Unknown keys are errors. Relative file paths
 // in it are taken from the file's folder. With simulator, server.url may be empty.
 func loadConfig(path string, simulator bool) (*fileConfig, error) {
+	return loadConfigWith(path, simulator, "")
+}
+
+// loadConfigWith is loadConfig with state_dir overridden (the --state-dir flag) before the
+// defaults that derive from it (control socket, MQTT outbox) are filled in.
+func loadConfigWith(path string, simulator bool, stateDir string) (*fileConfig, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
@@ -60,8 +68,11 @@ func loadConfig(path string, simulator bool) (*fileConfig, error) {
 	if simulator && c.Server.URL == "" {
 		c.Server.URL = simulatorURL
 	}
-	c.applyDefaults()
+	if stateDir != "" {
+		c.StateDir, c.Control.Socket = stateDir, ""
+	}
 	c.resolvePaths(filepath.Dir(path))
+	c.applyDefaults()
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -78,6 +89,7 @@ func (c *fileConfig) applyDefaults() {
 	c.Session = c.Session.WithDefaults()
 	c.Audio = c.Audio.WithDefaults()
 	c.Camera = c.Camera.withDefaults()
+	c.MQTT = c.MQTT.Resolve(c.DeviceID, c.StateDir)
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
 	}
@@ -111,13 +123,16 @@ func (c *fileConfig) resolvePaths(dir string) {
 	c.Camera.Source = prefixed(prefixed(c.Camera.Source, "dir:"), "file:")
 	c.Camera.Fallback = prefixed(c.Camera.Fallback, "dir:")
 	c.Control.Socket = abs(c.Control.Socket)
+	c.MQTT.PasswordFile = abs(c.MQTT.PasswordFile)
+	c.MQTT.TLS.CAFile, c.MQTT.TLS.CertFile, c.MQTT.TLS.KeyFile = abs(c.MQTT.TLS.CAFile), abs(c.MQTT.TLS.CertFile), abs(c.MQTT.TLS.KeyFile)
+	c.MQTT.Outbox.Path = abs(c.MQTT.Outbox.Path)
 }
 
 func (c *fileConfig) validate() error {
 	if c.Server.URL == "" {
 		return errors.New("server.url: empty; want ws://host:port/v1/realtime (or run with --simulator)")
 	}
-	for _, check := range []func() error{c.Server.Validate, c.Session.Validate, c.Audio.Validate, c.Camera.validate} {
+	for _, check := range []func() error{c.Server.Validate, c.Session.Validate, c.Audio.Validate, c.Camera.validate, c.MQTT.Validate} {
 		if err := check(); err != nil {
 			return err
 		}

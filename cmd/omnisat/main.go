@@ -44,6 +44,7 @@ func commands() map[string]command {
 		"run":      {"run the agent in the foreground with a configuration file", runRun},
 		"ctl":      {"drive a running agent through its control socket", runCtl},
 		"devices":  {"list audio devices and cameras", runDevices},
+		"mqtt":     {"MQTT maintenance: remove-discovery", runMQTT},
 	}
 }
 

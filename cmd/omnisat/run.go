@@ -15,6 +15,7 @@ import (
 	"github.com/omnisat/omnisat/agent/control"
 	"github.com/omnisat/omnisat/devices"
 	"github.com/omnisat/omnisat/devices/wav"
+	"github.com/omnisat/omnisat/mqtt"
 	"github.com/omnisat/omnisat/realtime"
 	"github.com/omnisat/omnisat/realtime/realtimetest"
 )
@@ -35,13 +36,9 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "omnisat run: "+format+"\n", a...)
 		return code
 	}
-	cfg, err := loadConfig(*path, *simulator)
+	cfg, err := loadConfigWith(*path, *simulator, *stateDir)
 	if err != nil {
 		return fail(exitConfig, "%v", err)
-	}
-	if *stateDir != "" {
-		cfg.StateDir = *stateDir
-		cfg.Control.Socket = ""
 	}
 	log := newLogger(env.stderr, cfg.Log)
 
@@ -75,6 +72,15 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	report.attach(sup)
 
+	// The MQTT bridge subscribes to the agent's events when built: before the agent runs.
+	var bridge *mqtt.Bridge
+	if cfg.MQTT.Enabled() {
+		bridge, err = mqtt.New(cfg.MQTT, cfg.DeviceID, version, sup, log.With("component", "mqtt"))
+		if err != nil {
+			return fail(exitConfig, "%v", err)
+		}
+	}
+
 	var wg sync.WaitGroup
 	ctl, err := control.Listen(cfg.socketPath(), sup, log.With("component", "control"))
 	if err != nil {
@@ -82,6 +88,16 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); ctl.Serve(ctx) }()
+
+	if bridge != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := bridge.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Error("mqtt bridge stopped", "err", err)
+			}
+		}()
+	}
 
 	events, unsubscribe := sup.Subscribe(4096)
 	wg.Add(1)

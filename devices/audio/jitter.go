@@ -6,3 +6,6 @@ import "time"
 // (pipeline.Playback.SetJitterBuffer): it absorbs the stutter of a server that produces about
 // a second of speech per second of wall time.
 func (s *Speaker) SetJitterBuffer(d time.Duration) { s.pb.SetJitterBuffer(d) }
+
+// Underruns counts the times playback ran dry while playing (agent.UnderrunCounter).
+func (s *Speaker) Underruns() int64 { return s.pb.Stats().Underruns }
