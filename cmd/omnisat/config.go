@@ -89,6 +89,10 @@ func (c *fileConfig) applyDefaults() {
 	c.Session = c.Session.WithDefaults()
 	c.Audio = c.Audio.WithDefaults()
 	c.Camera = c.Camera.withDefaults()
+	if c.MQTT.Password == "" && c.MQTT.PasswordFile == "" {
+		// A secret kept out of the file: the environment (e.g. a systemd EnvironmentFile).
+		c.MQTT.Password = os.Getenv("OMNISAT_MQTT_PASSWORD")
+	}
 	c.MQTT = c.MQTT.Resolve(c.DeviceID, c.StateDir)
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
