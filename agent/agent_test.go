@@ -562,6 +562,10 @@ func TestOnDemandPolicy(t *testing.T) {
 	h.sup.Start()
 	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
 	// Nobody talks: the session ends by itself and frees the server's worker.
+	ended := h.waitFor("session_ended", 5*time.Second, isLifecycle("session_ended"))
+	if lc := ended.(agent.Lifecycle); lc.Reason != "idle" || lc.SessionID == "" {
+		t.Fatalf("session_ended %+v, want reason idle", lc)
+	}
 	ev := h.waitFor("idle", 5*time.Second, isState(agent.StateIdle))
 	if d := ev.(agent.StateChanged).Status.Detail; d != "idle" {
 		t.Fatalf("idle detail %q", d)

@@ -176,6 +176,10 @@ func (l *loop) closeAll(reason string) {
 			l.closeAsync(lv, "user_stop")
 		}
 	}
+	if l.cur != nil {
+		// Ended on purpose (stop, restart, idle, shutdown): say so, as for any other end.
+		l.s.bus.publish(Lifecycle{Kind: "session_ended", SessionID: l.cur.id, Reason: reason, At: l.s.now()})
+	}
 	l.cur, l.next = nil, nil
 }
 
