@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/omnisat/omnisat/internal/syncbuf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +49,7 @@ type Card struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the daemon has exited
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 }
 
 // Require reports whether the named programs are on PATH. When one is missing it fails the
@@ -142,7 +143,7 @@ func (c *Card) start() error {
 	)
 	cmd.Env = c.env
 	dieWithParent(cmd)
-	c.log = &syncBuffer{}
+	c.log = &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = c.log, c.log
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start pulseaudio: %w", err)
@@ -249,7 +250,7 @@ func (c *Card) Record(t testing.TB, path string) (stop func()) {
 	}
 	cmd := exec.Command("parecord", "--device=spk.monitor", "--file-format=wav", "--latency-msec=20", path)
 	cmd.Env = c.env
-	var out syncBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("testaudio: start parecord: %v", err)
@@ -327,22 +328,4 @@ func (c *Card) LoadLoopback(latencyMS int) (unload func() error, err error) {
 		_, err := c.Pactl("unload-module", idx)
 		return err
 	}, nil
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's two writers and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -11,7 +11,6 @@
 package testbroker
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -19,6 +18,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"github.com/omnisat/omnisat/internal/syncbuf"
 	"math/big"
 	"net"
 	"os"
@@ -59,7 +59,7 @@ type Broker struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-	output *lockedBuffer
+	output *syncbuf.Buffer
 }
 
 // Start runs mosquitto for the rest of the test; it is stopped by t.Cleanup.
@@ -163,7 +163,7 @@ func (b *Broker) start() error {
 	var lastErr error
 	// The port was free a moment ago; a restart may race the old socket's release: retry a little.
 	for attempt := 0; attempt < 20; attempt++ {
-		out := &lockedBuffer{}
+		out := &syncbuf.Buffer{}
 		cmd := exec.Command(b.bin, "-c", b.conf)
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -239,23 +239,6 @@ func freePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // CA is a test certificate authority.
