@@ -124,10 +124,7 @@ func (l *loop) run(captureErr <-chan error) error {
 }
 
 // publish sends the current status without changing the state.
-func (l *loop) publish() {
-	st := l.s.Status()
-	l.s.setState(st.State, st.Detail, func(*Status) {})
-}
+func (l *loop) publish() { l.s.updateStatus(func(*Status) {}) }
 
 func (l *loop) start(reason string) {
 	if l.want && !l.failed {
@@ -416,7 +413,7 @@ func (l *loop) handleSession(se sessEvent) {
 		if ev.Metrics.KVCacheLength > 0 {
 			lv.kv = ev.Metrics.KVCacheLength
 			if lv == l.cur {
-				s.setState(s.Status().State, s.Status().Detail, func(st *Status) { st.KVCacheLength = lv.kv })
+				s.updateStatus(func(st *Status) { st.KVCacheLength = lv.kv })
 			}
 		}
 	case realtime.Transcript:

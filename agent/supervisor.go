@@ -357,6 +357,14 @@ func (s *Supervisor) setState(st State, detail string, f func(*Status)) {
 	}
 }
 
+// updateStatus edits status fields other than the state and publishes the result.
+func (s *Supervisor) updateStatus(f func(*Status)) {
+	s.statusMu.Lock()
+	f(&s.status)
+	s.statusMu.Unlock()
+	s.bus.publish(StateChanged{Status: s.Status()})
+}
+
 // captureLoop reads the microphone, cuts chunks and queues them. It runs whether or not a session
 // is live, so audio captured while connecting can be kept.
 func (s *Supervisor) captureLoop(ctx context.Context) error {
