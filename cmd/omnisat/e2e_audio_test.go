@@ -109,6 +109,20 @@ func (r *liveRecording) stop() {
 	}
 }
 
+// writeDeviceConfig writes a configuration for the default PortAudio microphone and speaker, no
+// camera, against serverURL, with extra YAML appended; it returns its path and the socket's.
+func writeDeviceConfig(t *testing.T, dir, serverURL, extra string) (cfgPath, sock string) {
+	t.Helper()
+	sock = filepath.Join(dir, "control.sock")
+	cfgPath = filepath.Join(dir, "omnisat.yaml")
+	yaml := "server:\n  url: " + serverURL + "\n  mode: audio\naudio:\n  input: default\n  output: default\n" +
+		"camera:\n  source: none\ncontrol:\n  socket: " + sock + "\n" + extra
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfgPath, sock
+}
+
 // runOmnisat starts `omnisat run` as a child process (its environment carries PULSE_SERVER
 // from testaudio) and returns the function that stops it with SIGINT, showing its output when
 // the test failed.
@@ -182,22 +196,7 @@ func TestEndToEndVirtualSoundCard(t *testing.T) {
 
 	sim := realtimetest.NewServer(realtimetest.Options{ForceListenCount: -1})
 	defer sim.Close()
-	sock := filepath.Join(dir, "control.sock")
-	cfgPath := filepath.Join(dir, "omnisat.yaml")
-	os.WriteFile(cfgPath, []byte(`
-server:
-  url: `+sim.URL()+`
-  mode: audio
-audio:
-  input: default
-  output: default
-camera:
-  source: none
-control:
-  socket: `+sock+`
-log:
-  level: debug
-`), 0o600)
+	cfgPath, sock := writeDeviceConfig(t, dir, sim.URL(), "log:\n  level: debug\n")
 
 	if !testaudio.Require(t, "pacat") {
 		return
@@ -298,20 +297,7 @@ func TestEndToEndDeviceLoss(t *testing.T) {
 	dir := t.TempDir()
 	sim := realtimetest.NewServer(realtimetest.Options{})
 	defer sim.Close()
-	sock := filepath.Join(dir, "control.sock")
-	cfgPath := filepath.Join(dir, "omnisat.yaml")
-	os.WriteFile(cfgPath, []byte(`
-server:
-  url: `+sim.URL()+`
-  mode: audio
-audio:
-  input: default
-  output: default
-camera:
-  source: none
-control:
-  socket: `+sock+`
-`), 0o600)
+	cfgPath, sock := writeDeviceConfig(t, dir, sim.URL(), "")
 	defer runOmnisat(t, bin, cfgPath, dir)()
 	waitState(t, sock, agent.StateListening, 20*time.Second)
 	card.Stop()
