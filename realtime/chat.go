@@ -116,34 +116,48 @@ func Chat(ctx context.Context, cfg Config, r ChatRequest, onEvent func(Event)) (
 	}
 	reply := &Reply{SessionID: s.Info().ID, SampleRate: OutputSampleRate}
 	var text strings.Builder
+	err = collectReply(ctx, s, "chat", onEvent, func(ev Event) (bool, error) {
+		switch ev := ev.(type) {
+		case TextDelta:
+			text.WriteString(ev.Text)
+		case AudioDelta:
+			reply.Audio = append(reply.Audio, ev.Samples...)
+		case TurnDone:
+			reply.Text = ev.Text
+			if reply.Text == "" {
+				reply.Text = text.String()
+			}
+			reply.Audio = append(reply.Audio, ev.Audio...)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+// collectReply feeds a one-shot request's events to onEvent and handle until handle says the reply
+// is complete (or fails), the session ends, or ctx is done.
+func collectReply(ctx context.Context, s Session, what string, onEvent func(Event), handle func(Event) (bool, error)) error {
 	for {
 		select {
 		case ev, ok := <-s.Events():
 			if !ok {
-				return nil, endedEarly(s, "chat")
+				return endedEarly(s, what)
 			}
 			if onEvent != nil {
 				onEvent(ev)
 			}
-			switch ev := ev.(type) {
-			case TextDelta:
-				text.WriteString(ev.Text)
-			case AudioDelta:
-				reply.Audio = append(reply.Audio, ev.Samples...)
-			case TurnDone:
-				reply.Text = ev.Text
-				if reply.Text == "" {
-					reply.Text = text.String()
-				}
-				if len(ev.Audio) > 0 {
-					reply.Audio = append(reply.Audio, ev.Audio...)
-				}
-				return reply, nil
-			case Closed:
-				return nil, endedEarly(s, "chat")
+			if _, closed := ev.(Closed); closed {
+				return endedEarly(s, what)
+			}
+			if done, err := handle(ev); done || err != nil {
+				return err
 			}
 		case <-ctx.Done():
-			return nil, &Error{Class: ClassRetryable, Code: CodeClosed, Err: ctx.Err(), Message: "chat: gave up waiting for the reply"}
+			return &Error{Class: ClassRetryable, Code: CodeClosed, Err: ctx.Err(), Message: what + ": gave up waiting for the reply"}
 		}
 	}
 }
@@ -163,34 +177,26 @@ func Synthesize(ctx context.Context, cfg Config, text, voice string, onEvent fun
 	}
 	reply := &Reply{SessionID: s.Info().ID, SampleRate: cfg.withDefaults().OpenVoiceTTSRate}
 	started := false
-	for {
-		select {
-		case ev, ok := <-s.Events():
-			if !ok {
-				return nil, endedEarly(s, "synthesize")
+	err = collectReply(ctx, s, "synthesize", onEvent, func(ev Event) (bool, error) {
+		switch ev := ev.(type) {
+		case AudioDelta:
+			reply.Audio = append(reply.Audio, ev.Samples...)
+		case TTSState:
+			if ev.Speaking {
+				started = true
+			} else if started {
+				reply.Text = text
+				return true, nil
 			}
-			if onEvent != nil {
-				onEvent(ev)
-			}
-			switch ev := ev.(type) {
-			case AudioDelta:
-				reply.Audio = append(reply.Audio, ev.Samples...)
-			case TTSState:
-				if ev.Speaking {
-					started = true
-				} else if started {
-					reply.Text = text
-					return reply, nil
-				}
-			case ErrorEvent:
-				return nil, ev.Err
-			case Closed:
-				return nil, endedEarly(s, "synthesize")
-			}
-		case <-ctx.Done():
-			return nil, &Error{Class: ClassRetryable, Code: CodeClosed, Err: ctx.Err(), Message: "synthesize: gave up waiting for the audio"}
+		case ErrorEvent:
+			return false, ev.Err
 		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return reply, nil
 }
 
 func endedEarly(s Session, what string) error {
