@@ -25,9 +25,6 @@ type live struct {
 	planned bool // we are closing it on purpose: its end is not a loss
 	retired bool // its traffic has been added to the totals
 
-	sentChunks atomic.Uint64
-	lost       atomic.Bool
-
 	replyOpen  bool
 	replyText  strings.Builder
 	replyStart time.Time

@@ -445,39 +445,34 @@ func (s *Supervisor) sendLoop(ctx context.Context) {
 		if !ok {
 			return
 		}
-		for {
-			s.sendMu.Lock()
-			l := s.active.Load()
-			if l == nil {
-				s.sendMu.Unlock()
-				s.backlog.pushFront(c)
-				if !s.waitActive(ctx) {
-					return
-				}
-				break
-			}
-			sctx, cancel := context.WithTimeout(ctx, sendTimeout)
-			err := l.sess.Send(sctx, realtime.Chunk{Audio: c.audio, Frames: c.frames, ForceListen: c.forceListen})
-			cancel()
+		s.sendMu.Lock()
+		l := s.active.Load()
+		if l == nil {
 			s.sendMu.Unlock()
-			switch {
-			case err == nil:
-				s.sent.Add(1)
-				l.sentChunks.Add(1)
-			case ctx.Err() != nil:
+			s.backlog.pushFront(c)
+			if !s.waitActive(ctx) {
 				return
-			case errors.Is(err, realtime.ErrClosed):
-				// The session ended under us: keep the chunk for the next one.
-				s.active.CompareAndSwap(l, nil)
-				l.lost.Store(true)
-				s.backlog.pushFront(c)
-			case errors.Is(err, context.DeadlineExceeded):
-				// The link is behind: keep the chunk; the backlog bound drops the oldest if need be.
-				s.backlog.pushFront(c)
-			default:
-				s.log.Warn("agent: chunk not sent", "err", err)
 			}
-			break
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, sendTimeout)
+		err := l.sess.Send(sctx, realtime.Chunk{Audio: c.audio, Frames: c.frames, ForceListen: c.forceListen})
+		cancel()
+		s.sendMu.Unlock()
+		switch {
+		case err == nil:
+			s.sent.Add(1)
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, realtime.ErrClosed):
+			// The session ended under us: keep the chunk for the next one.
+			s.active.CompareAndSwap(l, nil)
+			s.backlog.pushFront(c)
+		case errors.Is(err, context.DeadlineExceeded):
+			// The link is behind: keep the chunk; the backlog bound drops the oldest if need be.
+			s.backlog.pushFront(c)
+		default:
+			s.log.Warn("agent: chunk not sent", "err", err)
 		}
 	}
 }
