@@ -9,6 +9,7 @@ package realtime
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -220,51 +221,56 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first setting that cannot work, naming the field.
+// Validate reports every setting that cannot work (joined errors), each naming its field.
 func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	u, err := url.Parse(c.URL)
 	switch {
 	case c.URL == "":
-		return fmt.Errorf("url: empty; want ws://host:port/v1/realtime or wss://...")
+		bad("url: empty; want ws://host:port/v1/realtime or wss://...")
 	case err != nil:
-		return fmt.Errorf("url: %q: %v", c.URL, err)
+		bad("url: %q: %v", c.URL, err)
 	case u.Scheme != "ws" && u.Scheme != "wss":
-		return fmt.Errorf("url: %q: scheme %q is not ws or wss", c.URL, u.Scheme)
+		bad("url: %q: scheme %q is not ws or wss", c.URL, u.Scheme)
 	case u.Host == "":
-		return fmt.Errorf("url: %q: no host", c.URL)
+		bad("url: %q: no host", c.URL)
 	}
 	switch c.Dialect {
 	case DialectCurrent, DialectLegacy, DialectOpenVoice:
 	default:
-		return fmt.Errorf("dialect: %q is not one of current, legacy, openvoice", c.Dialect)
+		bad("dialect: %q is not one of current, legacy, openvoice", c.Dialect)
 	}
 	switch c.Mode {
 	case ModeVideo, ModeAudio:
 	case ModeChat:
 		if c.Dialect == DialectLegacy {
-			return fmt.Errorf("mode: chat needs the current dialect (a legacy gateway treats it as audio)")
+			bad("mode: chat needs the current dialect (a legacy gateway treats it as audio)")
 		}
 	default:
-		return fmt.Errorf("mode: %q is not one of video, audio, chat", c.Mode)
+		bad("mode: %q is not one of video, audio, chat", c.Mode)
 	}
 	if c.Dialect == DialectOpenVoice && c.Model == "" {
-		return fmt.Errorf("model: empty; an OpenVoice server requires its STT model id")
+		bad("model: empty; an OpenVoice server requires its STT model id")
 	}
 	if c.Init.MaxSliceNums < 0 || c.Init.MaxSliceNums > 9 {
-		return fmt.Errorf("init.max_slice_nums: %d is outside 1..9", c.Init.MaxSliceNums)
+		bad("init.max_slice_nums: %d is outside 1..9", c.Init.MaxSliceNums)
 	}
 	switch c.Init.VADSensitivity {
 	case "", "high", "normal", "low":
 	default:
-		return fmt.Errorf("init.vad_sensitivity: %q is not one of high, normal, low", c.Init.VADSensitivity)
+		bad("init.vad_sensitivity: %q is not one of high, normal, low", c.Init.VADSensitivity)
 	}
 	if c.DeadLinkTimeout <= c.PingInterval {
-		return fmt.Errorf("dead_link_timeout: %v must be longer than ping_interval %v", c.DeadLinkTimeout, c.PingInterval)
+		bad("dead_link_timeout: %v must be longer than ping_interval %v", c.DeadLinkTimeout, c.PingInterval)
 	}
 	if c.OpenVoiceTTSRate < 8000 || c.OpenVoiceTTSRate > 192000 {
-		return fmt.Errorf("openvoice_tts_rate: %d Hz is outside 8000..192000", c.OpenVoiceTTSRate)
+		bad("openvoice_tts_rate: %d Hz is outside 8000..192000", c.OpenVoiceTTSRate)
 	}
-	return nil
+	if c.MaxFrameBytes < 4096 {
+		bad("max_frame_bytes: %d is below 4096", c.MaxFrameBytes)
+	}
+	return errors.Join(errs...)
 }
 
 // endpoint builds the WebSocket URL with the mode (and model) query parameters.

@@ -1,8 +1,11 @@
 package realtime
 
 import (
-	"fmt"
+	"errors"
+	"strings"
 	"time"
+
+	"github.com/omnisat/omnisat/internal/yamlconf"
 )
 
 // Settings is the `server:` section of the configuration file. Config builds the connection
@@ -37,7 +40,7 @@ type Settings struct {
 	PingInterval    time.Duration `yaml:"ping_interval"`
 	DeadLinkTimeout time.Duration `yaml:"dead_link_timeout"`
 	DialTimeout     time.Duration `yaml:"dial_timeout"`
-	MaxFrameBytes   int64         `yaml:"max_frame_bytes"`
+	MaxFrameBytes   yamlconf.Size `yaml:"max_frame_bytes"`
 }
 
 // Config turns the settings into a connection configuration (without reference voices).
@@ -47,16 +50,27 @@ func (s Settings) Config() Config {
 		Init: Init{Instructions: s.Instructions, MaxSliceNums: s.MaxSliceNums, Config: s.Extra,
 			VADSensitivity: s.VADSensitivity, Language: s.Language, HotWords: s.HotWords, TTSModel: s.TTSModel},
 		OpenVoiceTTSRate: s.TTSRate, PingInterval: s.PingInterval, DeadLinkTimeout: s.DeadLinkTimeout,
-		DialTimeout: s.DialTimeout, MaxFrameBytes: s.MaxFrameBytes,
+		DialTimeout: s.DialTimeout, MaxFrameBytes: int64(s.MaxFrameBytes),
 		// The agent keeps the send queue short: audio waiting here is lost if the link dies.
 		SendQueue: 2,
 	}.withDefaults()
 }
 
-// Validate names the first setting that cannot work, as "server.<key>: ...".
+// Validate reports every setting that cannot work, each as "server.<key>: ..." with the key as
+// written in the configuration file.
 func (s Settings) Validate() error {
-	if err := s.Config().Validate(); err != nil {
-		return fmt.Errorf("server.%w", err)
+	var errs []error
+	for _, err := range yamlconf.Problems(s.Config().Validate()) {
+		msg := err.Error()
+		for config, file := range map[string]string{"init.": "", "openvoice_tts_rate:": "tts_rate:"} {
+			if rest, ok := strings.CutPrefix(msg, config); ok {
+				msg = file + rest
+			}
+		}
+		errs = append(errs, errors.New("server."+msg))
 	}
-	return nil
+	if s.Token != "" && s.TokenFile != "" {
+		errs = append(errs, errors.New("server.token_file: set either token or token_file, not both"))
+	}
+	return errors.Join(errs...)
 }
