@@ -628,7 +628,8 @@ func TestAskAndSay(t *testing.T) {
 	if a := ev.(agent.Answer); a.ID != "s1" || a.Error != "" {
 		t.Fatalf("say %+v", a)
 	}
-	if rec := h.speaker.Recording(); slices.Max(rec) < 0.1 && h.speaker.Pending() == 0 {
+	// The speech is either still queued or already played (and recorded).
+	if rec := h.speaker.Recording(); h.speaker.Pending() == 0 && (len(rec) == 0 || slices.Max(rec) < 0.1) {
 		t.Fatal("say produced no audio on the speaker")
 	}
 	h.noRejections()

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -109,18 +110,20 @@ func (c Config) WithDefaults() Config {
 
 func ptr[T any](v T) *T { return &v }
 
-// Validate names the first field that cannot work, with its path under "session.".
+// Validate reports every field that cannot work (joined errors), each with its path under "session.".
 func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	switch c.Policy {
 	case PolicyAlways, PolicyOnDemand, PolicyVoice:
 	default:
-		return fmt.Errorf("session.policy: %q is not one of always, on_demand, voice", c.Policy)
+		bad("session.policy: %q is not one of always, on_demand, voice", c.Policy)
 	}
 	if c.Chunk < 250*time.Millisecond || c.Chunk > time.Second {
-		return fmt.Errorf("session.chunk: %v is outside 250ms..1s", c.Chunk)
+		bad("session.chunk: %v is outside 250ms..1s", c.Chunk)
 	}
 	if c.FramesPerChunk < 0 || c.FramesPerChunk > 10 {
-		return fmt.Errorf("session.frames_per_chunk: %d is outside 0..10", c.FramesPerChunk)
+		bad("session.frames_per_chunk: %d is outside 0..10", c.FramesPerChunk)
 	}
 	for _, d := range []struct {
 		name string
@@ -128,26 +131,26 @@ func (c Config) Validate() error {
 	}{{"max_lag", c.MaxLag}, {"reconnect_buffer", c.ReconnectBuffer}, {"pre_roll", c.PreRoll}, {"idle_timeout", c.IdleTimeout},
 		{"backoff_min", c.BackoffMin}, {"backoff_max", c.BackoffMax}, {"time_margin", c.TimeMargin}, {"switch_wait", c.SwitchWait}} {
 		if d.v < 0 {
-			return fmt.Errorf("session.%s: %v is negative", d.name, d.v)
+			bad("session.%s: %v is negative", d.name, d.v)
 		}
 	}
 	if c.MaxLag < c.Chunk {
-		return fmt.Errorf("session.max_lag: %v is shorter than one chunk (%v)", c.MaxLag, c.Chunk)
+		bad("session.max_lag: %v is shorter than one chunk (%v)", c.MaxLag, c.Chunk)
 	}
 	if c.BackoffMax < c.BackoffMin {
-		return fmt.Errorf("session.backoff_max: %v is shorter than backoff_min %v", c.BackoffMax, c.BackoffMin)
+		bad("session.backoff_max: %v is shorter than backoff_min %v", c.BackoffMax, c.BackoffMin)
 	}
 	if c.ContextLimit < 512 || c.ContextMargin < 0 || c.ContextMargin >= c.ContextLimit {
-		return fmt.Errorf("session.context_margin: %d must be between 0 and context_limit %d (≥ 512)", c.ContextMargin, c.ContextLimit)
+		bad("session.context_margin: %d must be between 0 and context_limit %d (≥ 512)", c.ContextMargin, c.ContextLimit)
 	}
 	if c.TimeLimit < 0 || (c.TimeLimit > 0 && c.TimeMargin >= c.TimeLimit) {
-		return fmt.Errorf("session.time_margin: %v must be shorter than time_limit %v", c.TimeMargin, c.TimeLimit)
+		bad("session.time_margin: %v must be shorter than time_limit %v", c.TimeMargin, c.TimeLimit)
 	}
 	if c.CarryOverChars < 0 || c.CarryOverChars > 20000 {
-		return fmt.Errorf("session.carry_over_chars: %d is outside 0..20000", c.CarryOverChars)
+		bad("session.carry_over_chars: %d is outside 0..20000", c.CarryOverChars)
 	}
 	if c.VADThreshold > 0 || c.VADThreshold < -100 {
-		return fmt.Errorf("session.vad_threshold_dbfs: %v is outside -100..0", c.VADThreshold)
+		bad("session.vad_threshold_dbfs: %v is outside -100..0", c.VADThreshold)
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -234,7 +234,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return errors.New("mqtt: Run was already called on this bridge")
 	}
 	defer b.cancelSub()
-	ob, err := openOutbox(b.cfg.Outbox.Path, b.cfg.Outbox.MaxBytes)
+	ob, err := openOutbox(b.cfg.Outbox.Path, int64(b.cfg.Outbox.MaxBytes))
 	if err != nil {
 		return fmt.Errorf("mqtt.outbox.path: %w", err)
 	}
@@ -441,7 +441,7 @@ func (b *Bridge) enqueue(ob *outbox, name string, payload []byte) {
 	}
 	if dropped > 0 {
 		_, _, total := ob.Stats()
-		reason := fmt.Sprintf("outbox full (%d bytes): dropped the %d oldest message(s), %d since start", b.cfg.Outbox.MaxBytes, dropped, total)
+		reason := fmt.Sprintf("outbox full (%v): dropped the %d oldest message(s), %d since start", b.cfg.Outbox.MaxBytes, dropped, total)
 		b.log.Warn("mqtt: "+reason, "path", b.cfg.Outbox.Path)
 		if _, err := ob.Enqueue(b.Topic("event"), marshal(eventPayload{Kind: "outbox_dropped", Reason: reason, At: rfc3339(time.Now())})); err != nil {
 			b.log.Error("mqtt: drop report not queued", "err", err)

@@ -1,12 +1,16 @@
 package mqtt
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/omnisat/omnisat/internal/yamlconf"
 )
 
 // Config is the `mqtt:` section of the configuration file. An empty Broker disables MQTT.
@@ -55,7 +59,7 @@ type OutboxConfig struct {
 	// Path is a directory; default <state_dir>/outbox (see Resolve).
 	Path string `yaml:"path"`
 	// MaxBytes bounds the messages waiting to be sent (default 4 MiB); beyond it the oldest are dropped.
-	MaxBytes int64 `yaml:"max_bytes"`
+	MaxBytes yamlconf.Size `yaml:"max_bytes"`
 }
 
 const (
@@ -120,55 +124,53 @@ func (c Config) Resolve(deviceID, stateDir string) Config {
 	return c
 }
 
-// Validate names the first setting that cannot work, with its path under "mqtt.". A disabled
+// Validate reports every setting that cannot work, each with its path under "mqtt.". A disabled
 // configuration (no broker) is always valid.
 func (c Config) Validate() error {
 	if !c.Enabled() {
 		return nil
 	}
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	u, err := url.Parse(c.Broker)
-	if err != nil {
-		return fmt.Errorf("mqtt.broker: %q is not a URL: %v", c.Broker, err)
-	}
-	switch u.Scheme {
-	case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
-	default:
-		return fmt.Errorf("mqtt.broker: scheme %q of %q is not one of tcp, mqtt, ssl, tls, mqtts, ws, wss", u.Scheme, c.Broker)
-	}
-	if u.Host == "" {
-		return fmt.Errorf("mqtt.broker: %q has no host", c.Broker)
+	switch {
+	case err != nil:
+		bad("mqtt.broker: %q is not a URL: %v", c.Broker, err)
+	case !slices.Contains([]string{"tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss"}, u.Scheme):
+		bad("mqtt.broker: scheme %q of %q is not one of tcp, mqtt, ssl, tls, mqtts, ws, wss", u.Scheme, c.Broker)
+	case u.Host == "":
+		bad("mqtt.broker: %q has no host", c.Broker)
 	}
 	if c.Password != "" && c.PasswordFile != "" {
-		return fmt.Errorf("mqtt.password_file: set either password or password_file, not both")
+		bad("mqtt.password_file: set either password or password_file, not both")
 	}
 	if c.Keepalive < 0 || (c.Keepalive > 0 && c.Keepalive < time.Second) || c.Keepalive > 18*time.Hour {
-		return fmt.Errorf("mqtt.keepalive: %v is outside 1s..18h", c.Keepalive)
+		bad("mqtt.keepalive: %v is outside 1s..18h", c.Keepalive)
 	}
 	if c.ConnectTimeout < 0 {
-		return fmt.Errorf("mqtt.connect_timeout: %v is negative", c.ConnectTimeout)
+		bad("mqtt.connect_timeout: %v is negative", c.ConnectTimeout)
 	}
 	if c.MaxReconnectInterval < 0 {
-		return fmt.Errorf("mqtt.max_reconnect_interval: %v is negative", c.MaxReconnectInterval)
+		bad("mqtt.max_reconnect_interval: %v is negative", c.MaxReconnectInterval)
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		return fmt.Errorf("mqtt.tls.key_file: a client certificate needs both cert_file and key_file")
+		bad("mqtt.tls.key_file: a client certificate needs both cert_file and key_file")
 	}
-	if err := checkTopicPart("mqtt.prefix", c.Prefix); err != nil {
-		return err
-	}
-	if err := checkTopicPart("mqtt.discovery_prefix", c.DiscoveryPrefix); err != nil {
-		return err
+	for _, err := range []error{checkTopicPart("mqtt.prefix", c.Prefix), checkTopicPart("mqtt.discovery_prefix", c.DiscoveryPrefix)} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.StatsInterval > 0 && c.StatsInterval < time.Second {
-		return fmt.Errorf("mqtt.stats_interval: %v is shorter than 1s", c.StatsInterval)
+		bad("mqtt.stats_interval: %v is shorter than 1s", c.StatsInterval)
 	}
 	if c.Outbox.MaxBytes < minOutboxBytes {
-		return fmt.Errorf("mqtt.outbox.max_bytes: %d is below %d", c.Outbox.MaxBytes, minOutboxBytes)
+		bad("mqtt.outbox.max_bytes: %v is below %v", c.Outbox.MaxBytes, yamlconf.Size(minOutboxBytes))
 	}
 	if c.Outbox.Path == "" {
-		return fmt.Errorf("mqtt.outbox.path: empty (default <state_dir>/outbox: call Resolve with the state directory)")
+		bad("mqtt.outbox.path: empty (default <state_dir>/outbox: call Resolve with the state directory)")
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func checkTopicPart(key, s string) error {

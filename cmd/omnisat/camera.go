@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -37,20 +38,20 @@ func (c cameraSection) withDefaults() cameraSection {
 }
 
 func (c cameraSection) validate() error {
+	var errs []error
 	for _, s := range []struct{ key, v string }{{"source", c.Source}, {"fallback", c.Fallback}} {
 		if p, ok := strings.CutPrefix(s.v, "dir:"); ok && p == "" {
-			return fmt.Errorf("camera.%s: %q names no folder", s.key, s.v)
+			errs = append(errs, fmt.Errorf("camera.%s: %q names no folder", s.key, s.v))
 		}
 	}
-	switch {
-	case c.Fallback != "none" && !strings.HasPrefix(c.Fallback, "dir:"):
-		return fmt.Errorf("camera.fallback: %q is not none or dir:PATH", c.Fallback)
-	case c.Source == "none", c.Source == "auto", strings.HasPrefix(c.Source, "dir:"):
-		cfg := c.Config
-		cfg.Source = "0" // the other settings still have to make sense
-		return cfg.Validate()
+	if c.Fallback != "none" && !strings.HasPrefix(c.Fallback, "dir:") {
+		errs = append(errs, fmt.Errorf("camera.fallback: %q is not none or dir:PATH", c.Fallback))
 	}
-	return c.Config.Validate()
+	cfg := c.Config
+	if c.Source == "none" || c.Source == "auto" || strings.HasPrefix(c.Source, "dir:") {
+		cfg.Source = "0" // not an OpenCV source, but the other settings still have to make sense
+	}
+	return errors.Join(append(errs, cfg.Validate())...)
 }
 
 // resolveCamera picks the source "auto" stands for, and says why.

@@ -64,31 +64,36 @@ func (c Config) jpegOptions() jpeg.Options {
 	return jpeg.Options{MaxEdge: c.MaxEdge, Quality: c.Quality}
 }
 
-// Validate names the first unusable field. Zero fields are valid: they take their defaults.
+// Validate reports every unusable field. Zero fields are valid: they take their defaults.
 func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	c = c.WithDefaults()
 	if _, err := parseSource(c.Source); err != nil {
-		return fmt.Errorf("camera.source: %w", err)
+		bad("camera.source: %w", err)
 	}
 	if c.Width < 0 || c.Width > 16384 {
-		return fmt.Errorf("camera.width: %d is outside 0..16384", c.Width)
+		bad("camera.width: %d is outside 0..16384", c.Width)
 	}
 	if c.Height < 0 || c.Height > 16384 {
-		return fmt.Errorf("camera.height: %d is outside 0..16384", c.Height)
+		bad("camera.height: %d is outside 0..16384", c.Height)
 	}
 	if !(c.FPS >= 0 && c.FPS <= 240) { // also rejects NaN
-		return fmt.Errorf("camera.fps: %v is outside 0..240", c.FPS)
+		bad("camera.fps: %v is outside 0..240", c.FPS)
 	}
 	if !(c.EncodeFPS > 0 && c.EncodeFPS <= 30) {
-		return fmt.Errorf("camera.encode_fps: %v is outside 0..30 (0: the default, 1)", c.EncodeFPS)
+		bad("camera.encode_fps: %v is outside 0..30 (0: the default, 1)", c.EncodeFPS)
 	}
 	if c.Retry < 10*time.Millisecond {
-		return fmt.Errorf("camera.retry: %v is shorter than 10ms", c.Retry)
+		bad("camera.retry: %v is shorter than 10ms", c.Retry)
 	}
 	if c.RetryMax < c.Retry {
-		return fmt.Errorf("camera.retry_max: %v is shorter than camera.retry (%v)", c.RetryMax, c.Retry)
+		bad("camera.retry_max: %v is shorter than camera.retry (%v)", c.RetryMax, c.Retry)
 	}
-	return c.jpegOptions().Validate()
+	if err := c.jpegOptions().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 type sourceKind int

@@ -51,14 +51,16 @@ func (o Options) WithDefaults() Options {
 
 // Validate names the first unusable field. Zero fields are valid: they take their defaults.
 func (o Options) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	o = o.WithDefaults()
 	if o.MaxEdge < MinMaxEdge || o.MaxEdge > MaxMaxEdge {
-		return fmt.Errorf("camera.max_edge: %d is outside %d..%d", o.MaxEdge, MinMaxEdge, MaxMaxEdge)
+		bad("camera.max_edge: %d is outside %d..%d", o.MaxEdge, MinMaxEdge, MaxMaxEdge)
 	}
 	if o.Quality < 1 || o.Quality > 100 {
-		return fmt.Errorf("camera.quality: %d is outside 1..100", o.Quality)
+		bad("camera.quality: %d is outside 1..100", o.Quality)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Encoder shrinks and encodes frames. It keeps its resize buffer between calls, so encoding
