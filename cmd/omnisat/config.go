@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/omnisat/omnisat/agent"
 	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/internal/yamlconf"
 	"github.com/omnisat/omnisat/mqtt"
 	"github.com/omnisat/omnisat/realtime"
 )
@@ -31,6 +29,9 @@ type fileConfig struct {
 	Control  controlConfig       `yaml:"control"`
 	MQTT     mqtt.Config         `yaml:"mqtt"`
 	Log      logConfig           `yaml:"log"`
+
+	// warnings are things that work but should be fixed (a secret readable by every user).
+	warnings []string
 }
 
 type controlConfig struct {
@@ -46,52 +47,116 @@ type logConfig struct {
 // simulatorURL stands in for server.url when the built-in simulator replaces the server.
 const simulatorURL = "ws://127.0.0.1:1/v1/realtime"
 
+// loadOptions are the command-line choices that change how a file is read.
+type loadOptions struct {
+	// simulator lets server.url be empty (the built-in simulator stands in).
+	simulator bool
+	// stateDir overrides state_dir (the --state-dir flag) before the defaults that derive from
+	// it (control socket, MQTT outbox) are filled in.
+	stateDir string
+	// getenv resolves ${VAR} in the file; nil means the process environment.
+	getenv func(string) string
+}
+
 // loadConfig reads and checks a configuration file. Unknown keys are errors. Relative file paths
 // in it are taken from the file's folder. With simulator, server.url may be empty.
 func loadConfig(path string, simulator bool) (*fileConfig, error) {
-	return loadConfigWith(path, simulator, "")
+	return loadConfigOpts(path, loadOptions{simulator: simulator})
 }
 
-// loadConfigWith is loadConfig with state_dir overridden (the --state-dir flag) before the
-// defaults that derive from it (control socket, MQTT outbox) are filled in.
-func loadConfigWith(path string, simulator bool, stateDir string) (*fileConfig, error) {
+// loadConfigOpts reads, expands, decodes, completes and checks a configuration file. The error
+// joins every problem found (yamlconf.Problems splits them), each naming its key path.
+func loadConfigOpts(path string, o loadOptions) (*fileConfig, error) {
+	if o.getenv == nil {
+		o.getenv = os.Getenv
+	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	var c fileConfig
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	// Decoding problems do not stop here: what decoded is completed and checked as well, so that
+	// one run lists everything to fix.
+	decodeErr := yamlconf.Decode(raw, &c, o.getenv)
+	var syntax *yamlconf.SyntaxError
+	if errors.As(decodeErr, &syntax) {
+		return nil, &configError{path: path, err: decodeErr}
 	}
-	if simulator && c.Server.URL == "" {
+	if o.simulator && c.Server.URL == "" {
 		c.Server.URL = simulatorURL
 	}
-	if stateDir != "" {
-		c.StateDir, c.Control.Socket = stateDir, ""
+	if o.stateDir != "" {
+		c.StateDir, c.Control.Socket = o.stateDir, ""
 	}
 	c.resolvePaths(filepath.Dir(path))
-	c.applyDefaults()
-	if err := c.validate(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	c.applyDefaults(o.getenv)
+	if err := errors.Join(decodeErr, c.validate()); err != nil {
+		return nil, &configError{path: path, err: err}
 	}
+	c.warnings = secretWarnings(path, raw, &c)
 	return &c, nil
 }
 
-func (c *fileConfig) applyDefaults() {
+// configError is a file's list of problems. Its message puts each on a line of its own.
+type configError struct {
+	path string
+	err  error
+}
+
+func (e *configError) Error() string {
+	problems := yamlconf.Problems(e.err)
+	if len(problems) == 1 {
+		return fmt.Sprintf("config %s: %v", e.path, problems[0])
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %s: %d problems:", e.path, len(problems))
+	for _, p := range problems {
+		b.WriteString("\n  - " + p.Error())
+	}
+	return b.String()
+}
+
+func (e *configError) Unwrap() error { return e.err }
+
+// secretWarnings says when the file itself holds a secret (not a ${VAR} or *_file reference) and
+// other users may read it.
+func secretWarnings(path string, raw []byte, c *fileConfig) []string {
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm()&0o004 == 0 {
+		return nil
+	}
+	var held []string
+	for _, s := range []struct{ key, v string }{{"server.token", c.Server.Token}, {"mqtt.password", c.MQTT.Password}} {
+		if s.v != "" && bytes.Contains(raw, []byte(s.v)) {
+			held = append(held, s.key)
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s holds %s and every user can read it (mode %04o): chmod 640 it (owner root, group omnisat), "+
+		"or move the secret to a *_file or a ${VAR} from the service's environment", path, strings.Join(held, ", "), st.Mode().Perm())}
+}
+
+func (c *fileConfig) applyDefaults(getenv func(string) string) {
 	if c.DeviceID == "" {
 		c.DeviceID, _ = os.Hostname()
 	}
 	if c.StateDir == "" {
 		c.StateDir = "/var/lib/omnisat"
 	}
+	if c.Server.Dialect == "" {
+		c.Server.Dialect = realtime.DialectCurrent
+	}
+	if c.Server.Mode == "" {
+		c.Server.Mode = realtime.ModeVideo
+	}
 	c.Session = c.Session.WithDefaults()
 	c.Audio = c.Audio.WithDefaults()
 	c.Camera = c.Camera.withDefaults()
 	if c.MQTT.Password == "" && c.MQTT.PasswordFile == "" {
 		// A secret kept out of the file: the environment (e.g. a systemd EnvironmentFile).
-		c.MQTT.Password = os.Getenv("OMNISAT_MQTT_PASSWORD")
+		c.MQTT.Password = getenv("OMNISAT_MQTT_PASSWORD")
 	}
 	c.MQTT = c.MQTT.Resolve(c.DeviceID, c.StateDir)
 	if c.Log.Level == "" {
@@ -133,25 +198,38 @@ func (c *fileConfig) resolvePaths(dir string) {
 }
 
 func (c *fileConfig) validate() error {
+	var errs []error
 	if c.Server.URL == "" {
-		return errors.New("server.url: empty; want ws://host:port/v1/realtime (or run with --simulator)")
+		errs = append(errs, errors.New("server.url: empty; want ws://host:port/v1/realtime (or run with --simulator)"))
+	} else {
+		errs = append(errs, c.Server.Validate())
 	}
-	for _, check := range []func() error{c.Server.Validate, c.Session.Validate, c.Audio.Validate, c.Camera.validate, c.MQTT.Validate} {
-		if err := check(); err != nil {
-			return err
-		}
+	errs = append(errs, c.Session.Validate(), c.Audio.Validate(), c.Camera.validate(), c.MQTT.Validate())
+	if c.Server.Mode == realtime.ModeChat {
+		errs = append(errs, errors.New("server.mode: chat is for one-off requests (omnisat chat); the agent needs video or audio"))
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
-		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+		errs = append(errs, fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level))
 	}
 	switch c.Log.Format {
 	case "text", "json":
 	default:
-		return fmt.Errorf("log.format: %q is not one of text, json", c.Log.Format)
+		errs = append(errs, fmt.Errorf("log.format: %q is not one of text, json", c.Log.Format))
 	}
-	return nil
+	for _, f := range []struct{ key, path string }{{"server.token_file", c.Server.TokenFile}, {"mqtt.password_file", c.MQTT.PasswordFile},
+		{"server.ref_audio", c.Server.RefAudio}, {"server.tts_ref_audio", c.Server.TTSRefAudio}} {
+		if f.path == "" {
+			continue
+		}
+		if fh, err := os.Open(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.key, err))
+		} else {
+			fh.Close()
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (c *fileConfig) socketPath() string {

@@ -45,6 +45,7 @@ func commands() map[string]command {
 		"ctl":      {"drive a running agent through its control socket", runCtl},
 		"devices":  {"list audio devices and cameras", runDevices},
 		"mqtt":     {"MQTT maintenance: remove-discovery", runMQTT},
+		"config":   {"check a configuration file, or print the commented example", runConfig},
 	}
 }
 

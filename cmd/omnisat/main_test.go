@@ -205,7 +205,7 @@ func TestRunConfigErrors(t *testing.T) {
 		want string
 	}{
 		{"server:\n  url: ws://x/v1/realtime\n  mode: vidoe\n", `"vidoe" is not one of video, audio, chat`},
-		{"server:\n  url: ws://x/v1/realtime\nsesion: {}\n", "field sesion not found"},
+		{"server:\n  url: ws://x/v1/realtime\nsesion: {}\n", `sesion: unknown key; did you mean "session"?`},
 		{"server:\n  url: ws://x/v1/realtime\nsession:\n  chunk: 5s\n", "session.chunk"},
 		{"server: {}\n", "server.url: empty"},
 		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: file:/nonexistent.wav\n", "nonexistent.wav"},

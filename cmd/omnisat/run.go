@@ -36,7 +36,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "omnisat run: "+format+"\n", a...)
 		return code
 	}
-	cfg, err := loadConfigWith(*path, *simulator, *stateDir)
+	cfg, err := loadConfigOpts(*path, loadOptions{simulator: *simulator, stateDir: *stateDir, getenv: env.getenv})
 	if err != nil {
 		return fail(exitConfig, "%v", err)
 	}

@@ -18,8 +18,9 @@ import (
 
 // Decode parses data into out, a pointer to a struct whose fields carry yaml tags. Before checking
 // types, ${NAME} in scalar values is replaced by getenv(NAME) (${NAME:-fallback} gives fallback
-// when NAME is unset or empty, $${ is a literal ${). On any problem out is left untouched and the
-// error joins one error per problem (see Problems).
+// when NAME is unset or empty, $${ is a literal ${). The error joins one error per problem (see
+// Problems); out then still receives every value that was fine, so that the caller can check
+// those too and report everything at once.
 func Decode(data []byte, out any, getenv func(string) string) error {
 	rv := reflect.ValueOf(out)
 	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct {
@@ -37,15 +38,14 @@ func Decode(data []byte, out any, getenv func(string) string) error {
 		return nil
 	}
 	c := checker{getenv: getenv, expanded: map[*yaml.Node]bool{}}
-	c.walk(root, rv.Elem().Type(), "")
-	if len(c.problems) > 0 {
+	if !c.walk(root, rv.Elem().Type(), "") {
 		return errors.Join(c.problems...)
 	}
 	if err := root.Decode(out); err != nil {
 		// The walk accepted something yaml.v3 does not: report it rather than guess.
-		return fmt.Errorf("decode: %w", err)
+		c.problems = append(c.problems, fmt.Errorf("decode: %w", err))
 	}
-	return nil
+	return errors.Join(c.problems...)
 }
 
 // Problems splits an error from Decode (or any errors.Join) into its single problems.
@@ -72,9 +72,13 @@ func Prefix(prefix string, err error) error {
 	return errors.Join(out...)
 }
 
+// SyntaxError is a file that is not YAML at all: nothing was decoded.
+type SyntaxError struct{ msg string }
+
+func (e *SyntaxError) Error() string { return "not valid YAML: " + e.msg }
+
 func syntaxError(err error) error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	return fmt.Errorf("not valid YAML: %s", msg)
+	return &SyntaxError{msg: strings.TrimPrefix(err.Error(), "yaml: ")}
 }
 
 type checker struct {
@@ -101,9 +105,11 @@ var (
 	unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
 )
 
-func (c *checker) walk(n *yaml.Node, t reflect.Type, path string) {
+// walk checks n against t and reports whether n can be decoded into t. Bad entries inside a
+// mapping are removed from it, so that the rest decodes.
+func (c *checker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 	if c.tooBig(n) {
-		return
+		return false
 	}
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
@@ -112,46 +118,51 @@ func (c *checker) walk(n *yaml.Node, t reflect.Type, path string) {
 		t = t.Elem()
 	}
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
-		return // `key:` with no value keeps the default
+		return true // `key:` with no value keeps the default
 	}
 	if reflect.PointerTo(t).Implements(unmarshalerType) {
-		c.leaf(n, t, path)
-		return
+		return c.leaf(n, t, path)
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		c.mapping(n, t, path)
+		return c.mapping(n, t, path)
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
 			c.addf(n, path, "is %s; want a mapping of keys to values", describe(n))
-			return
+			return false
 		}
+		ok := true
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			c.walk(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value))
+			ok = c.walk(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value)) && ok
 		}
+		return ok
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			c.addf(n, path, "is %s; want a list", describe(n))
-			return
+			return false
 		}
+		ok := true
 		for i, item := range n.Content {
-			c.walk(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			ok = c.walk(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)) && ok
 		}
+		return ok
 	case reflect.Interface:
 		c.expandAll(n, path)
+		return true
 	default:
-		c.leaf(n, t, path)
+		return c.leaf(n, t, path)
 	}
 }
 
 // mapping checks a YAML mapping against a struct: every key must be one of its fields.
-func (c *checker) mapping(n *yaml.Node, t reflect.Type, path string) {
+func (c *checker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 	if n.Kind != yaml.MappingNode {
 		c.addf(n, path, "is %s; want a section of keys (key: value)", describe(n))
-		return
+		return false
 	}
 	fields := structFields(t)
 	seen := map[string]bool{}
+	var kept []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		key := k.Value
@@ -160,8 +171,8 @@ func (c *checker) mapping(n *yaml.Node, t reflect.Type, path string) {
 			continue
 		}
 		seen[key] = true
-		ft, ok := fields[key]
-		if !ok {
+		ft, known := fields[key]
+		if !known {
 			msg := "unknown key"
 			if near := nearest(key, fields); near != "" {
 				msg += fmt.Sprintf("; did you mean %q?", near)
@@ -171,8 +182,12 @@ func (c *checker) mapping(n *yaml.Node, t reflect.Type, path string) {
 			c.addf(k, join(path, key), "%s", msg)
 			continue
 		}
-		c.walk(v, ft, join(path, key))
+		if c.walk(v, ft, join(path, key)) {
+			kept = append(kept, k, v)
+		}
 	}
+	n.Content = kept
+	return true
 }
 
 func (c *checker) tooBig(n *yaml.Node) bool {
@@ -184,29 +199,39 @@ func (c *checker) tooBig(n *yaml.Node) bool {
 }
 
 // leaf checks one value against a scalar type (or a type that decodes itself).
-func (c *checker) leaf(n *yaml.Node, t reflect.Type, path string) {
+func (c *checker) leaf(n *yaml.Node, t reflect.Type, path string) bool {
 	if n.Kind == yaml.ScalarNode {
 		if !c.expand(n, path) {
-			return
+			return false
 		}
 	} else if !reflect.PointerTo(t).Implements(unmarshalerType) {
 		c.addf(n, path, "is %s; want %s", describe(n), want(t))
-		return
+		return false
 	}
 	if t == durationType {
 		if tag := n.ShortTag(); (tag == "!!int" || tag == "!!float") && n.Value != "0" {
 			c.addf(n, path, "%s has no unit; write a duration such as %ss or %sms", n.Value, n.Value, n.Value)
-			return
+			return false
+		}
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if n.ShortTag() == "!!float" && t != durationType { // yaml.v3 would cut 0.5 to 0
+			c.addf(n, path, "%q is not %s", n.Value, want(t))
+			return false
 		}
 	}
 	if err := n.Decode(reflect.New(t).Interface()); err != nil {
 		var te *yaml.TypeError
 		if errors.As(err, &te) || t == durationType {
 			c.addf(n, path, "%q is not %s", n.Value, want(t))
-			return
+		} else {
+			c.addf(n, path, "%v", err) // the type's own message, which names the value
 		}
-		c.addf(n, path, "%v", err) // the type's own message, which names the value
+		return false
 	}
+	return true
 }
 
 // expandAll replaces variables in every scalar under n (free-form sections).

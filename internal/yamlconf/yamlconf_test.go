@@ -88,6 +88,7 @@ camera:
   quality: high
   sauce: x
 port: 2
+extra: {fine: "yes"}
 `
 	var c testConfig
 	err := Decode([]byte(src), &c, env(nil))
@@ -116,8 +117,12 @@ port: 2
 	if !reflect.DeepEqual(lines, want) {
 		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
-	if c.Port != 0 || c.Name != "" {
-		t.Fatalf("config changed despite problems: %+v", c)
+	// What was fine is still decoded, so that it can be checked too.
+	if c.Port != 0 || c.Name != "" || c.TLS.CAFile != "" || c.Camera.Source != "" || c.Words != nil {
+		t.Fatalf("bad values decoded: %+v", c)
+	}
+	if c.Extra["fine"] != "yes" {
+		t.Fatalf("good values lost: %+v", c)
 	}
 }
 

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/omnisat/omnisat/internal/yamlconf"
+)
+
+const exampleFile = "../../configs/omnisat.example.yaml"
+
+func writeConfig(t *testing.T, text string, mode os.FileMode) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "omnisat.yaml")
+	if err := os.WriteFile(path, []byte(text), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil { // umask may have narrowed it
+		t.Fatal(err)
+	}
+	return path
+}
+
+func envOf(vars map[string]string) func(string) string { return func(k string) string { return vars[k] } }
+
+// The example printed by the binary is the file in configs/, byte for byte, and it loads.
+func TestConfigExample(t *testing.T) {
+	code, out, _ := runCLI(t, "config", "example")
+	want, err := os.ReadFile(exampleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != exitOK || out != string(want) {
+		t.Fatalf("config example: exit %d, output differs from %s (%d vs %d bytes)", code, exampleFile, len(out), len(want))
+	}
+	code, out, stderr := runCLI(t, "config", "check", "-c", exampleFile)
+	if code != exitOK || !strings.Contains(out, ": ok (") || stderr != "" {
+		t.Fatalf("config check of the example: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
+// Every key the program reads is in the example, at its place, with a value of the right type:
+// uncommenting every "#key:" line gives a file that decodes without a single problem.
+func TestConfigExampleCoversEveryKey(t *testing.T) {
+	raw, err := os.ReadFile(exampleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uncommented := regexp.MustCompile(`(?m)^(\s*)#([a-z_]+:)`).ReplaceAllString(string(raw), "$1$2")
+	var c fileConfig
+	if err := yamlconf.Decode([]byte(uncommented), &c, envOf(map[string]string{"OMNISAT_TOKEN": "t", "MQTT_PASSWORD": "p"})); err != nil {
+		t.Fatalf("the example with every setting uncommented:\n%v", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(uncommented), &doc); err != nil {
+		t.Fatal(err)
+	}
+	present := map[string]bool{}
+	var collect func(n *yaml.Node, prefix string)
+	collect = func(n *yaml.Node, prefix string) {
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			path := strings.TrimPrefix(prefix+"."+n.Content[i].Value, ".")
+			present[path] = true
+			collect(n.Content[i+1], path)
+		}
+	}
+	collect(doc.Content[0], "")
+	for _, key := range yamlconf.Keys(reflect.TypeOf(fileConfig{})) {
+		if !present[key] && !present[strings.Split(key, ".")[0]+".config"] {
+			t.Errorf("%s is missing from %s", key, exampleFile)
+		}
+	}
+}
+
+// Three lines are a working configuration; everything else has its default.
+func TestConfigMinimal(t *testing.T) {
+	path := writeConfig(t, "server:\n  url: wss://gw.example/v1/realtime\n  mode: audio\n  instructions: Be brief.\n", 0o600)
+	c, err := loadConfigOpts(path, loadOptions{getenv: envOf(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	if c.DeviceID != host || c.Server.Mode != "audio" || c.Server.Dialect != "current" || c.Session.Chunk != time.Second ||
+		c.Audio.Input != "default" || c.Camera.Source != "none" || c.MQTT.Enabled() || c.StateDir != "/var/lib/omnisat" {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+// Each kind of field refuses bad values with its key path, the value and what is allowed; a
+// file with many problems lists them all.
+func TestConfigProblems(t *testing.T) {
+	base := "server:\n  url: ws://gw/v1/realtime\n"
+	for _, tt := range []struct{ yaml, want string }{
+		{"server:\n  url: ws://gw/v1/realtime\n  mode: vidoe\n", `server.mode: "vidoe" is not one of video, audio, chat`},
+		{"server:\n  url: http://gw\n", `server.url: "http://gw": scheme "http" is not ws or wss`},
+		{base + "sesion: {}\n", `sesion: unknown key; did you mean "session"?`},
+		{base + "mqtt:\n  tls:\n    ca: x\n", `mqtt.tls.ca: unknown key`},
+		{base + "session:\n  chunk: fast\n", `session.chunk: "fast" is not a duration (such as 500ms, 1s, 2m)`},
+		{base + "session:\n  chunk: 1\n", `session.chunk: 1 has no unit`},
+		{base + "session:\n  chunk: 2s\n", `session.chunk: 2s is outside 250ms..1s`},
+		{base + "session:\n  frames_per_chunk: two\n", `session.frames_per_chunk: "two" is not a whole number`},
+		{base + "session:\n  overlap: sometimes\n", `session.overlap: "sometimes" is not true or false`},
+		{base + "session:\n  vad_threshold_dbfs: loud\n", `session.vad_threshold_dbfs: "loud" is not a number`},
+		{base + "session:\n  policy: never\n", `session.policy: "never" is not one of always, on_demand, voice`},
+		{base + "server:\n  hot_words: omnisat\n", `server: appears twice`},
+		{"server:\n  url: ws://gw/v1/realtime\n  hot_words: omnisat\n", `server.hot_words: is "omnisat"; want a list`},
+		{"server:\n  url: ws://gw/v1/realtime\n  config: [1]\n", `server.config: is a list; want a mapping`},
+		{base + "audio: loud\n", `audio: is "loud"; want a section of keys`},
+		{base + "audio:\n  volume: 120\n", `audio.volume: 120 is outside 0..100`},
+		{base + "camera:\n  quality: 0.5\n", `camera.quality: "0.5" is not a whole number`},
+		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: lots\n", `mqtt.outbox.max_bytes: "lots" is not a size`},
+		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: 1KB\n", `mqtt.outbox.max_bytes: 1000 is below 4KiB`},
+		{base + "server:\n", `server: appears twice`},
+		{"server:\n  url: ws://gw/v1/realtime\n  token: ${NOT_SET}\n", `server.token: ${NOT_SET} is not set in the environment`},
+		{"server:\n  url: ws://gw/v1/realtime\n  token_file: missing-token\n", `server.token_file: open `},
+		{"server:\n  url: ws://gw/v1/realtime\n  token: a\n  token_file: b\n", `server.token_file: set either token or token_file, not both`},
+		{base + "log:\n  level: loud\n", `log.level: "loud" is not one of debug, info, warn, error`},
+		{"server: [\n", `not valid YAML`},
+	} {
+		path := writeConfig(t, tt.yaml, 0o600)
+		_, err := loadConfigOpts(path, loadOptions{getenv: envOf(nil)})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q:\n got %v\nwant %q", tt.yaml, err, tt.want)
+		}
+	}
+
+	path := writeConfig(t, `server:
+  url: ftp://gw
+  mode: vidoe
+  tokn: x
+session:
+  chunk: 5
+  policy: sometimes
+audio:
+  volume: 120
+camera:
+  qualty: 80
+`, 0o600)
+	code, _, stderr := runCLI(t, "config", "check", "-c", path)
+	want := []string{
+		`server.tokn: unknown key; did you mean "token"? (line 4)`,
+		`session.chunk: 5 has no unit`,
+		`camera.qualty: unknown key; did you mean "quality"? (line 11)`,
+		`server.url: "ftp://gw": scheme "ftp" is not ws or wss`,
+		`server.mode: "vidoe" is not one of video, audio, chat`,
+		`session.policy: "sometimes" is not one of always, on_demand, voice`,
+		`audio.volume: 120 is outside 0..100`,
+	}
+	if code != 1 || !strings.Contains(stderr, "7 problem(s)") {
+		t.Fatalf("config check: exit %d\n%s", code, stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("config check output lacks %q:\n%s", w, stderr)
+		}
+	}
+	if code, _, stderr := runCLI(t, "config", "check", "-c", filepath.Join(t.TempDir(), "none.yaml")); code != 1 || !strings.Contains(stderr, "no such file") {
+		t.Errorf("missing file: exit %d %s", code, stderr)
+	}
+	if code, _, _ := runCLI(t, "config", "frob"); code != exitUsage {
+		t.Errorf("config frob: exit %d", code)
+	}
+}
+
+// Secrets come from the environment or from files; a secret written into a file every user can
+// read is warned about.
+func TestConfigSecrets(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	os.WriteFile(tokenFile, []byte("file-token\n"), 0o600)
+	passFile := filepath.Join(dir, "mqtt-pass")
+	os.WriteFile(passFile, []byte("file-pass\n"), 0o600)
+	env := envOf(map[string]string{"TOKEN": "env-token", "PASS": "env-pass", "HOST": "broker.lan"})
+
+	path := writeConfig(t, "server:\n  url: ws://gw/v1/realtime\n  token: ${TOKEN}\nmqtt:\n  broker: tcp://${HOST}:1883\n  password: ${PASS}\n", 0o644)
+	c, err := loadConfigOpts(path, loadOptions{getenv: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Token != "env-token" || c.MQTT.Password != "env-pass" || c.MQTT.Broker != "tcp://broker.lan:1883" || len(c.warnings) != 0 {
+		t.Fatalf("from the environment: token %q password %q broker %q warnings %q", c.Server.Token, c.MQTT.Password, c.MQTT.Broker, c.warnings)
+	}
+
+	path = writeConfig(t, "server:\n  url: ws://gw/v1/realtime\n  token_file: "+tokenFile+"\nmqtt:\n  broker: tcp://h:1883\n  password_file: "+passFile+"\n", 0o644)
+	c, err = loadConfigOpts(path, loadOptions{getenv: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token, err := readSecret(c.Server.Token, c.Server.TokenFile); err != nil || token != "file-token" || len(c.warnings) != 0 {
+		t.Fatalf("token_file: %q %v, warnings %q", token, err, c.warnings)
+	}
+	if c.MQTT.PasswordFile != passFile {
+		t.Fatalf("password_file %q", c.MQTT.PasswordFile)
+	}
+
+	literal := "server:\n  url: ws://gw/v1/realtime\n  token: s3cret\nmqtt:\n  broker: tcp://h:1883\n  password: hunter2\n"
+	c, err = loadConfigOpts(writeConfig(t, literal, 0o644), loadOptions{getenv: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.warnings) != 1 || !strings.Contains(c.warnings[0], "server.token, mqtt.password") || !strings.Contains(c.warnings[0], "mode 0644") {
+		t.Fatalf("warnings %q", c.warnings)
+	}
+	code, _, stderr := runCLI(t, "config", "check", "-c", writeConfig(t, literal, 0o644))
+	if code != exitOK || !strings.Contains(stderr, "warning: ") || strings.Contains(stderr, "s3cret") {
+		t.Fatalf("config check: exit %d %s", code, stderr)
+	}
+	c, err = loadConfigOpts(writeConfig(t, literal, 0o640), loadOptions{getenv: env})
+	if err != nil || len(c.warnings) != 0 {
+		t.Fatalf("mode 0640: %v %q", err, c.warnings)
+	}
+	// ${VAR:-default}, and $${ for a literal.
+	c, err = loadConfigOpts(writeConfig(t, "server:\n  url: ${URL:-ws://fallback/v1/realtime}\n  instructions: costs $${PRICE}\n", 0o600), loadOptions{getenv: env})
+	if err != nil || c.Server.URL != "ws://fallback/v1/realtime" || c.Server.Instructions != "costs ${PRICE}" {
+		t.Fatalf("fallback: %v %q %q", err, c.Server.URL, c.Server.Instructions)
+	}
+	if !slices.Contains(yamlconf.Keys(reflect.TypeOf(fileConfig{})), "server.token_file") {
+		t.Fatal("server.token_file is not a key")
+	}
+}
