@@ -270,6 +270,12 @@ func (s *Supervisor) SetInstructions(text string, restart bool) {
 	}
 }
 
+// Announce publishes a lifecycle event from outside the agent (configuration reloaded or
+// refused, ...), so that every subscriber (console, MQTT) hears of it.
+func (s *Supervisor) Announce(kind, reason string) {
+	s.bus.publish(Lifecycle{Kind: kind, Reason: reason, At: s.now()})
+}
+
 // DeviceState records a device's health: the device layer calls it when a microphone, speaker
 // or camera is lost or comes back. The agent keeps running either way (a lost camera means no
 // frames; a lost microphone means silence) and says so in its status and events.

@@ -69,8 +69,10 @@ type Bridge struct {
 	connCh chan struct{} // OnConnect → run loop: announce
 	haCh   chan struct{} // Home Assistant said online → run loop: discovery + state
 	cmdCh  chan inbound  // command messages → run loop
-	seq    atomic.Uint64 // ids for ask/say without one
-	runs   atomic.Bool
+	// statsCh carries a new statistics interval to the run loop (configuration reload).
+	statsCh chan time.Duration
+	seq     atomic.Uint64 // ids for ask/say without one
+	runs    atomic.Bool
 
 	mu          sync.Mutex
 	lastConnErr error
@@ -110,6 +112,7 @@ func New(cfg Config, deviceID, version string, a Agent, log *slog.Logger) (*Brid
 		cfg: cfg, deviceID: deviceID, objectID: topicSafeID(deviceID), version: version, agent: a,
 		log: log.With("component", "mqtt"), password: cfg.Password, started: time.Now(),
 		connCh: make(chan struct{}, 1), haCh: make(chan struct{}, 1), cmdCh: make(chan inbound, 64),
+		statsCh: make(chan time.Duration, 1),
 		partial: map[string]string{},
 	}
 	if cfg.PasswordFile != "" {
@@ -223,6 +226,22 @@ func (b *Bridge) setConnErr(err error) {
 	}
 }
 
+// SetStatsInterval changes how often statistics are published (≤ 0 stops them), from the next
+// tick on. It is safe to call from any goroutine while Run runs.
+func (b *Bridge) SetStatsInterval(d time.Duration) {
+	for {
+		select {
+		case b.statsCh <- d:
+			return
+		default:
+			select {
+			case <-b.statsCh: // an older change not yet applied is replaced
+			default:
+			}
+		}
+	}
+}
+
 // Run connects (retrying in the background while the broker is unreachable), publishes until ctx
 // is done, then publishes a retained "offline" and disconnects cleanly. Messages still in the
 // outbox stay on disk for the next run.
@@ -254,11 +273,19 @@ func (b *Bridge) Run(ctx context.Context) error {
 	go b.sendLoop(sendCtx, client, ob, sendDone)
 
 	var statsC <-chan time.Time
-	if b.cfg.StatsInterval > 0 {
-		t := time.NewTicker(b.cfg.StatsInterval)
-		defer t.Stop()
-		statsC = t.C
+	var statsTicker *time.Ticker
+	setStats := func(d time.Duration) {
+		if statsTicker != nil {
+			statsTicker.Stop()
+			statsTicker, statsC = nil, nil
+		}
+		if d > 0 {
+			statsTicker = time.NewTicker(d)
+			statsC = statsTicker.C
+		}
 	}
+	setStats(b.cfg.StatsInterval)
+	defer func() { setStats(0) }()
 	events := b.events
 loop:
 	for {
@@ -281,6 +308,9 @@ loop:
 			b.handleCommand(client, m)
 		case <-statsC:
 			b.publishStats(client, ob)
+		case d := <-b.statsCh:
+			b.log.Info("mqtt: statistics interval changed", "stats_interval", d)
+			setStats(d)
 		}
 	}
 

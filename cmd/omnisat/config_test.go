@@ -29,7 +29,9 @@ func writeConfig(t *testing.T, text string, mode os.FileMode) string {
 	return path
 }
 
-func envOf(vars map[string]string) func(string) string { return func(k string) string { return vars[k] } }
+func envOf(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
 
 // The example printed by the binary is the file in configs/, byte for byte, and it loads.
 func TestConfigExample(t *testing.T) {
@@ -227,5 +229,53 @@ func TestConfigSecrets(t *testing.T) {
 	}
 	if !slices.Contains(yamlconf.Keys(reflect.TypeOf(fileConfig{})), "server.token_file") {
 		t.Fatal("server.token_file is not a key")
+	}
+}
+
+// Which keys change live, which rebuild MQTT only, and which restart the agent.
+func TestPlanReload(t *testing.T) {
+	base := "server:\n  url: ws://gw/v1/realtime\nmqtt:\n  broker: tcp://h:1883\n"
+	load := func(extra string) *fileConfig {
+		t.Helper()
+		c, err := loadConfigOpts(writeConfig(t, base+extra, 0o600), loadOptions{getenv: envOf(nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	old := load("")
+	for _, tt := range []struct {
+		extra               string
+		live, restart       string
+		restartMQTT, reboot bool
+	}{
+		{"", "", "", false, false},
+		{"audio:\n  volume: 30\n", "audio.volume", "", false, false},
+		{"log:\n  level: debug\n", "log.level", "", false, false},
+		{"mqtt:\n  stats_interval: 5s\n", "mqtt.stats_interval", "", false, false},
+		{"mqtt:\n  prefix: x/y\n", "", "mqtt", true, false},
+		{"session:\n  chunk: 500ms\n", "", "session", false, true},
+		{"audio:\n  gain_db: 6\n", "", "audio", false, true},
+		{"camera:\n  quality: 50\n", "", "camera", false, true},
+		{"device_id: other\n", "", "device_id, mqtt", true, true},
+		{"log:\n  format: json\n", "", "log.format", false, true},
+	} {
+		text := base + tt.extra
+		if strings.HasPrefix(tt.extra, "mqtt:") {
+			text = strings.Replace(base, "mqtt:\n", tt.extra, 1)
+		}
+		c, err := loadConfigOpts(writeConfig(t, text, 0o600), loadOptions{getenv: envOf(nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := planReload(old, c)
+		if strings.Join(p.live, ", ") != tt.live || strings.Join(p.restart, ", ") != tt.restart || p.restartMQTT != tt.restartMQTT || p.restartAll != tt.reboot {
+			t.Errorf("%q: %+v", tt.extra, p)
+		}
+	}
+	instr := load("")
+	instr.Server.Instructions = "new"
+	if p := planReload(old, instr); strings.Join(p.live, ",") != "server.instructions" || p.restartAll {
+		t.Errorf("instructions: %+v", p)
 	}
 }

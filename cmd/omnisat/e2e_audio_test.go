@@ -128,16 +128,23 @@ func writeDeviceConfig(t *testing.T, dir, serverURL, extra string) (cfgPath, soc
 // the test failed.
 func runOmnisat(t *testing.T, bin, cfgPath, stateDir string) (stop func()) {
 	t.Helper()
-	var logs syncBuffer
-	cmd := exec.Command(bin, "run", "-c", cfgPath, "--state-dir", stateDir)
+	_, _, stop = startOmnisat(t, bin, cfgPath, stateDir)
+	return stop
+}
+
+// startOmnisat is runOmnisat that also hands out the process and its combined output.
+func startOmnisat(t *testing.T, bin, cfgPath, stateDir string) (cmd *exec.Cmd, logs *syncBuffer, stop func()) {
+	t.Helper()
+	logs = &syncBuffer{}
+	cmd = exec.Command(bin, "run", "-c", cfgPath, "--state-dir", stateDir)
 	cmd.Env = os.Environ()
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	return func() {
+	return cmd, logs, func() {
 		cmd.Process.Signal(syscall.SIGINT)
 		select {
 		case <-exited:

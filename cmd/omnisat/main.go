@@ -34,6 +34,8 @@ type command struct {
 type cliEnv struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// hangup asks `run` to re-read its configuration; nil means SIGHUP.
+	hangup chan os.Signal
 }
 
 func commands() map[string]command {

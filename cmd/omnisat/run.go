@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/omnisat/omnisat/agent"
@@ -25,6 +27,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 	path := fs.String("c", defaultConfigPath, "configuration file")
 	simulator := fs.Bool("simulator", false, "start the built-in simulator and talk to it instead of server.url")
 	stateDir := fs.String("state-dir", "", "override state_dir (control socket, outbox)")
+	logFormat := fs.String("log-format", "", "text or json (overrides log.format)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -32,90 +35,254 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "omnisat run: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
+	if *logFormat != "" && *logFormat != "text" && *logFormat != "json" {
+		fmt.Fprintf(env.stderr, "omnisat run: --log-format %q is not text or json\n", *logFormat)
+		return exitUsage
+	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(env.stderr, "omnisat run: "+format+"\n", a...)
 		return code
 	}
-	cfg, err := loadConfigOpts(*path, loadOptions{simulator: *simulator, stateDir: *stateDir, getenv: env.getenv})
+	load := func() (*fileConfig, error) {
+		cfg, err := loadConfigOpts(*path, loadOptions{simulator: *simulator, stateDir: *stateDir, getenv: env.getenv})
+		if err == nil && *logFormat != "" {
+			cfg.Log.Format = *logFormat
+		}
+		return cfg, err
+	}
+	cfg, err := load()
 	if err != nil {
 		return fail(exitConfig, "%v", err)
 	}
-	log := newLogger(env.stderr, cfg.Log)
+	level := new(slog.LevelVar)
+	log := newLogger(env.stderr, cfg.Log, level, env.getenv)
+	for _, w := range cfg.warnings {
+		log.Warn("config: " + w)
+	}
 
+	var sim *realtimetest.Server
 	if *simulator {
-		sim, err := realtimetest.Listen("127.0.0.1:0", realtimetest.Options{Dialect: realtimetest.Dialect(cfg.Server.Dialect), Workers: 2,
+		sim, err = realtimetest.Listen("127.0.0.1:0", realtimetest.Options{Dialect: realtimetest.Dialect(cfg.Server.Dialect), Workers: 2,
 			Logger: log.With("component", "simulator")})
 		if err != nil {
 			return fail(exitFailure, "%v", err)
 		}
 		defer sim.Close()
-		cfg.Server.URL = sim.URL()
-		if cfg.Server.ChatURL != "" {
-			cfg.Server.ChatURL = sim.URL()
-		}
+		useSimulator(cfg, sim)
 		fmt.Fprintf(env.stdout, "built-in simulator (%s dialect) at %s\n", cfg.Server.Dialect, sim.URL())
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	hangup := env.hangup
+	if hangup == nil {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGHUP)
+		defer signal.Stop(c)
+		hangup = c
+	}
+
+	inst, code, err := startInstance(ctx, cfg, env, log)
+	if err != nil {
+		return fail(code, "%v", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			inst.stop()
+			return exitOK
+		case <-inst.done:
+			inst.stop()
+			switch err := inst.runErr; {
+			case errors.Is(err, io.EOF):
+				fmt.Fprintln(env.stdout, "audio input ended; stopped")
+			case err != nil:
+				return fail(exitFailure, "%v", err)
+			}
+			return exitOK
+		case <-hangup:
+			next, err := load()
+			if err != nil {
+				log.Error("config: reload refused; the running configuration stays", "file", *path, "err", err)
+				inst.sup.Announce("config_rejected", err.Error())
+				continue
+			}
+			if sim != nil {
+				useSimulator(next, sim)
+			}
+			for _, w := range next.warnings {
+				log.Warn("config: " + w)
+			}
+			plan := planReload(inst.cfg, next)
+			if plan.empty() {
+				log.Info("config: reloaded; nothing changed", "file", *path)
+				continue
+			}
+			log.Info("config: reloaded", "file", *path, "live", plan.live, "restart", plan.restart)
+			if plan.restartAll {
+				inst.sup.Announce("config_reloaded", "restarting for "+strings.Join(plan.restart, ", "))
+				inst.stop()
+				if inst, code, err = startInstance(ctx, next, env, log); err != nil {
+					return fail(code, "after reload: %v", err)
+				}
+				level.Set(logLevel(next.Log.Level))
+				continue
+			}
+			inst.apply(ctx, plan, next, level)
+			inst.sup.Announce("config_reloaded", plan.String())
+		}
+	}
+}
+
+// useSimulator points the server settings at the built-in simulator.
+func useSimulator(cfg *fileConfig, sim *realtimetest.Server) {
+	cfg.Server.URL = sim.URL()
+	if cfg.Server.ChatURL != "" {
+		cfg.Server.ChatURL = sim.URL()
+	}
+}
+
+// instance is one running agent with its devices, control socket, MQTT bridge and console
+// printer, built from one configuration. A reload that needs new devices or a new agent stops
+// it and starts another.
+type instance struct {
+	cfg    *fileConfig
+	env    *cliEnv
+	log    *slog.Logger
+	parts  *parts
+	sup    *agent.Supervisor
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the agent's Run returns, with runErr set
+	runErr error
+	runs   sync.WaitGroup
+	bridge *bridgeRun
+	ctl    *control.Server
+	unsub  func()
+}
+
+// bridgeRun is a running MQTT bridge that can be replaced on its own.
+type bridgeRun struct {
+	b      *mqtt.Bridge
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startInstance(parent context.Context, cfg *fileConfig, env *cliEnv, log *slog.Logger) (*instance, int, error) {
+	ctx, cancel := context.WithCancel(parent)
+	in := &instance{cfg: cfg, env: env, log: log, cancel: cancel, done: make(chan struct{})}
 	report := &deviceReporter{}
 	parts, err := buildParts(ctx, cfg, report, log)
 	if err != nil {
-		return fail(exitConfig, "%v", err)
+		cancel()
+		return nil, exitConfig, err
 	}
-	defer parts.close()
-
+	in.parts = parts
 	sup, err := agent.New(agent.Options{Config: cfg.Session, Server: parts.server, ChatServer: parts.chat,
 		Audio: parts.audio, Frames: parts.frames, Speaker: parts.speaker, Logger: log.With("component", "agent")})
 	if err != nil {
-		return fail(exitConfig, "%v", err)
+		cancel()
+		parts.close()
+		return nil, exitConfig, err
 	}
+	in.sup = sup
 	report.attach(sup)
 
 	// The MQTT bridge subscribes to the agent's events when built: before the agent runs.
-	var bridge *mqtt.Bridge
 	if cfg.MQTT.Enabled() {
-		bridge, err = mqtt.New(cfg.MQTT, cfg.DeviceID, version, sup, log.With("component", "mqtt"))
-		if err != nil {
-			return fail(exitConfig, "%v", err)
+		if in.bridge, err = in.startBridge(ctx, cfg); err != nil {
+			cancel()
+			parts.close()
+			return nil, exitConfig, err
 		}
 	}
-
-	var wg sync.WaitGroup
 	ctl, err := control.Listen(cfg.socketPath(), sup, log.With("component", "control"))
 	if err != nil {
-		return fail(exitFailure, "%v", err)
+		in.stopBridge()
+		cancel()
+		parts.close()
+		return nil, exitFailure, err
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); ctl.Serve(ctx) }()
-
-	if bridge != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := bridge.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Error("mqtt bridge stopped", "err", err)
-			}
-		}()
-	}
+	in.ctl = ctl
+	in.runs.Add(1)
+	go func() { defer in.runs.Done(); ctl.Serve(ctx) }()
 
 	events, unsubscribe := sup.Subscribe(4096)
-	wg.Add(1)
-	go func() { defer wg.Done(); printEvents(env.stdout, events) }()
+	in.unsub = unsubscribe
+	in.runs.Add(1)
+	go func() { defer in.runs.Done(); printEvents(env.stdout, events) }()
 
 	fmt.Fprintf(env.stdout, "omnisat %s: %s, %s/%s at %s; control socket %s\n", version, parts.describe,
 		cfg.Server.Dialect, cfg.Server.Mode, cfg.Server.URL, cfg.socketPath())
-	err = sup.Run(ctx)
-	unsubscribe()
-	cancel()
-	wg.Wait()
-	switch {
-	case errors.Is(err, io.EOF):
-		fmt.Fprintln(env.stdout, "audio input ended; stopped")
-	case err != nil:
-		return fail(exitFailure, "%v", err)
+	go func() { in.runErr = sup.Run(ctx); close(in.done) }()
+	return in, exitOK, nil
+}
+
+func (in *instance) startBridge(parent context.Context, cfg *fileConfig) (*bridgeRun, error) {
+	b, err := mqtt.New(cfg.MQTT, cfg.DeviceID, version, in.sup, in.log.With("component", "mqtt"))
+	if err != nil {
+		return nil, err
 	}
-	return exitOK
+	ctx, cancel := context.WithCancel(parent)
+	br := &bridgeRun{b: b, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(br.done)
+		if err := b.Run(ctx); err != nil && ctx.Err() == nil {
+			in.log.Error("mqtt bridge stopped", "err", err)
+		}
+	}()
+	return br, nil
+}
+
+func (in *instance) stopBridge() {
+	if in.bridge != nil {
+		in.bridge.cancel()
+		<-in.bridge.done
+		in.bridge = nil
+	}
+}
+
+// stop ends the agent (it says goodbye to the server), then the bridge (which still publishes
+// what the agent said last), the control socket and the devices.
+func (in *instance) stop() {
+	in.cancel()
+	select {
+	case <-in.done:
+	case <-time.After(10 * time.Second):
+		in.log.Warn("agent did not stop within 10s")
+	}
+	in.stopBridge()
+	in.unsub()
+	in.runs.Wait()
+	in.parts.close()
+}
+
+// apply makes the changes that need no new agent: live values, and a new MQTT bridge.
+func (in *instance) apply(ctx context.Context, p reloadPlan, next *fileConfig, level *slog.LevelVar) {
+	old := in.cfg
+	in.cfg = next
+	level.Set(logLevel(next.Log.Level))
+	if *next.Audio.Volume != *old.Audio.Volume {
+		if err := in.sup.SetVolume(*next.Audio.Volume); err != nil {
+			in.log.Warn("config: volume not changed", "err", err)
+		}
+	}
+	if next.Server.Instructions != old.Server.Instructions {
+		// The prompt is part of a session's set-up: a new session carries it.
+		in.sup.SetInstructions(next.Server.Instructions, true)
+	}
+	if p.restartMQTT {
+		in.stopBridge()
+		if next.MQTT.Enabled() {
+			br, err := in.startBridge(ctx, next)
+			if err != nil {
+				in.log.Error("config: MQTT not restarted", "err", err)
+				return
+			}
+			in.bridge = br
+		}
+		return
+	}
+	if in.bridge != nil && next.MQTT.StatsInterval != old.MQTT.StatsInterval {
+		in.bridge.b.SetStatsInterval(next.MQTT.StatsInterval)
+	}
 }
 
 // parts are the pieces the agent is built from, chosen by the configuration.
@@ -221,14 +388,29 @@ func readSecret(value, file string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-func newLogger(w io.Writer, c logConfig) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.Level))
+// newLogger builds the process's logger. Under systemd (JOURNAL_STREAM set) text lines carry no
+// time: the journal stamps every line itself.
+func newLogger(w io.Writer, c logConfig, level *slog.LevelVar, getenv func(string) string) *slog.Logger {
+	level.Set(logLevel(c.Level))
 	opts := &slog.HandlerOptions{Level: level}
 	if c.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
+	if getenv != nil && getenv("JOURNAL_STREAM") != "" {
+		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}
+	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func logLevel(name string) slog.Level {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(name)) // validated: debug, info, warn, error
+	return level
 }
 
 // printEvents writes the agent's events as readable lines: state changes, the assistant's text
