@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -278,4 +279,27 @@ func TestPlanReload(t *testing.T) {
 	if p := planReload(old, instr); strings.Join(p.live, ",") != "server.instructions" || p.restartAll {
 		t.Errorf("instructions: %+v", p)
 	}
+}
+
+// The whole loader (decode, defaults, checks) never panics on a file, whatever it holds.
+func FuzzConfig(f *testing.F) {
+	example, err := os.ReadFile(exampleFile)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(example))
+	f.Add(regexp.MustCompile(`(?m)^(\s*)#([a-z_]+:)`).ReplaceAllString(string(example), "$1$2"))
+	f.Add("server:\n  url: ws://gw/v1/realtime\naudio:\n  input: auto\ncamera:\n  source: dir:\nmqtt:\n  broker: ssl://h\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		var c fileConfig
+		decodeErr := yamlconf.Decode([]byte(text), &c, envOf(map[string]string{"OMNISAT_TOKEN": "t"}))
+		c.resolvePaths("/etc/omnisat")
+		c.applyDefaults(envOf(nil))
+		err := errors.Join(decodeErr, c.validate())
+		for _, p := range yamlconf.Problems(err) {
+			if p.Error() == "" {
+				t.Fatal("a problem without a message")
+			}
+		}
+	})
 }
