@@ -36,13 +36,7 @@ mqtt:
   broker: `+broker.URL()+`
 `), 0o600)
 
-	got := make(chan [2]string, 100)
-	sub := paho.NewClient(paho.NewClientOptions().AddBroker(broker.URL()).SetClientID("watcher"))
-	if tok := sub.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("watcher: %v", tok.Error())
-	}
-	defer sub.Disconnect(100)
-	sub.Subscribe("#", 1, func(_ paho.Client, m paho.Message) { got <- [2]string{m.Topic(), string(m.Payload())} }).Wait()
+	got := watchBroker(t, broker.URL())
 
 	var out, errb syncBuffer
 	env := &cliEnv{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
@@ -79,4 +73,18 @@ mqtt:
 		t.Fatalf("remove-discovery: %d %q %q", code, stdout, stderr)
 	}
 	waitFor("homeassistant/device/kiosk1/config", "")
+}
+
+// watchBroker subscribes to every topic of the broker for the rest of the test and hands out
+// each message as {topic, payload}.
+func watchBroker(t *testing.T, url string) <-chan [2]string {
+	t.Helper()
+	got := make(chan [2]string, 1000)
+	sub := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("watcher"))
+	if tok := sub.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("watcher: %v", tok.Error())
+	}
+	t.Cleanup(func() { sub.Disconnect(100) })
+	sub.Subscribe("#", 1, func(_ paho.Client, m paho.Message) { got <- [2]string{m.Topic(), string(m.Payload())} }).Wait()
+	return got
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/omnisat/omnisat/agent"
 	"github.com/omnisat/omnisat/internal/testaudio"
 	"github.com/omnisat/omnisat/internal/testbroker"
@@ -28,13 +26,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	bin := buildOmnisat(t)
 	dir := t.TempDir()
 
-	msgs := make(chan [2]string, 1000)
-	watcher := paho.NewClient(paho.NewClientOptions().AddBroker(broker.URL()).SetClientID("watcher"))
-	if tok := watcher.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("watcher: %v", tok.Error())
-	}
-	defer watcher.Disconnect(100)
-	watcher.Subscribe("#", 1, func(_ paho.Client, m paho.Message) { msgs <- [2]string{m.Topic(), string(m.Payload())} }).Wait()
+	msgs := watchBroker(t, broker.URL())
 	waitMsg := func(topic, contains string, within time.Duration) time.Time {
 		t.Helper()
 		deadline := time.After(within)
