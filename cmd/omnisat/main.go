@@ -34,6 +34,8 @@ type command struct {
 type cliEnv struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// journal is true when stderr goes to systemd's journal, which stamps the time itself.
+	journal bool
 }
 
 func commands() map[string]command {
@@ -45,12 +47,14 @@ func commands() map[string]command {
 		"ctl":      {"drive a running agent through its control socket", runCtl},
 		"devices":  {"list audio devices and cameras", runDevices},
 		"mqtt":     {"MQTT maintenance: remove-discovery", runMQTT},
+		"service":  {"install, start, stop or inspect the systemd service", runService},
 	}
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
+	env := &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, journal: isJournal(os.Stderr, os.Getenv("JOURNAL_STREAM"))}
+	code := run(ctx, os.Args[1:], env)
 	stop()
 	os.Exit(code)
 }

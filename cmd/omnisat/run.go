@@ -25,6 +25,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 	path := fs.String("c", defaultConfigPath, "configuration file")
 	simulator := fs.Bool("simulator", false, "start the built-in simulator and talk to it instead of server.url")
 	stateDir := fs.String("state-dir", "", "override state_dir (control socket, outbox)")
+	logFormat := fs.String("log-format", "", "text or json: override log.format")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -36,11 +37,17 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "omnisat run: "+format+"\n", a...)
 		return code
 	}
+	if *logFormat != "" && *logFormat != "text" && *logFormat != "json" {
+		return fail(exitUsage, "--log-format: %q is not one of text, json", *logFormat)
+	}
 	cfg, err := loadConfigWith(*path, *simulator, *stateDir)
 	if err != nil {
 		return fail(exitConfig, "%v", err)
 	}
-	log := newLogger(env.stderr, cfg.Log)
+	if *logFormat != "" {
+		cfg.Log.Format = *logFormat
+	}
+	log := newLogger(env.stderr, cfg.Log, env.journal)
 
 	if *simulator {
 		sim, err := realtimetest.Listen("127.0.0.1:0", realtimetest.Options{Dialect: realtimetest.Dialect(cfg.Server.Dialect), Workers: 2,
@@ -101,7 +108,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 
 	events, unsubscribe := sup.Subscribe(4096)
 	wg.Add(1)
-	go func() { defer wg.Done(); printEvents(env.stdout, events) }()
+	go func() { defer wg.Done(); printEvents(env.stdout, events, !env.journal) }()
 
 	fmt.Fprintf(env.stdout, "omnisat %s: %s, %s/%s at %s; control socket %s\n", version, parts.describe,
 		cfg.Server.Dialect, cfg.Server.Mode, cfg.Server.URL, cfg.socketPath())
@@ -221,26 +228,48 @@ func readSecret(value, file string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-func newLogger(w io.Writer, c logConfig) *slog.Logger {
+// newLogger writes c.Format lines to w. In the journal (journal true) each line starts with its
+// syslog priority (<3> for errors ...), so journalctl can filter and colour by level, and text
+// lines carry no time of their own: the journal stamps each.
+func newLogger(w io.Writer, c logConfig, journal bool) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level))
 	opts := &slog.HandlerOptions{Level: level}
-	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+	var out *journalOut
+	if journal {
+		out = &journalOut{w: w}
+		w = out
+		if c.Format != "json" {
+			opts.ReplaceAttr = dropTime
+		}
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if c.Format == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	if out != nil {
+		h = &journalHandler{inner: h, out: out}
+	}
+	return slog.New(h)
 }
 
 // printEvents writes the agent's events as readable lines: state changes, the assistant's text
-// as it streams, transcripts, lifecycle events and answers.
-func printEvents(w io.Writer, events <-chan agent.Event) {
+// as it streams, transcripts, lifecycle events and answers. Lines start with the time when
+// stamp is set (not in the journal, which stamps them itself).
+func printEvents(w io.Writer, events <-chan agent.Event, stamp bool) {
 	streaming := false
+	now := func() string {
+		if stamp {
+			return time.Now().Format("15:04:05") + " "
+		}
+		return ""
+	}
 	line := func(format string, a ...any) {
 		if streaming {
 			fmt.Fprintln(w)
 			streaming = false
 		}
-		fmt.Fprintf(w, time.Now().Format("15:04:05")+" "+format+"\n", a...)
+		fmt.Fprintf(w, now()+format+"\n", a...)
 	}
 	last := agent.State("")
 	for ev := range events {
@@ -261,7 +290,7 @@ func printEvents(w io.Writer, events <-chan agent.Event) {
 			line("state %s %s", st.State, detail)
 		case agent.TextDelta:
 			if !streaming {
-				fmt.Fprint(w, time.Now().Format("15:04:05")+" assistant: ")
+				fmt.Fprint(w, now()+"assistant: ")
 				streaming = true
 			}
 			fmt.Fprint(w, ev.Text)
