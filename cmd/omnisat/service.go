@@ -170,7 +170,7 @@ func ensureServiceUser(out io.Writer) error {
 func serviceStatus(ctx context.Context, env *cliEnv, config, socket string) int {
 	fmt.Fprintf(env.stdout, "service: %s\n", unitState(config))
 	if socket == "" {
-		socket = filepath.Join("/var/lib/omnisat", "control.sock")
+		socket = control.DefaultSocket
 		if cfg, err := loadConfig(config, true); err != nil {
 			fmt.Fprintf(env.stdout, "config:  %v\n", err)
 		} else {
