@@ -15,6 +15,20 @@ import (
 	"time"
 )
 
+// writeSpeechFileConfig writes an audio-mode configuration for the built-in simulator with the
+// demo's speech WAV (looped) as the microphone, no speaker and no camera, plus extra YAML.
+func writeSpeechFileConfig(t *testing.T, dir, extra string) string {
+	t.Helper()
+	demo, _ := filepath.Abs("../../configs/demo")
+	cfg := filepath.Join(dir, "omnisat.yaml")
+	yaml := "server:\n  mode: audio\naudio:\n  input: file:" + demo + "/hello.wav\n  loop: true\n  output: none\n" +
+		"camera:\n  source: none\n" + extra
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func journalStreamOf(t *testing.T, f *os.File) string {
 	t.Helper()
 	var st syscall.Stat_t
@@ -75,11 +89,7 @@ func TestJournalLogLines(t *testing.T) {
 // no time, event lines no time either; the same run outside the journal keeps its times.
 func TestRunWritesForTheJournal(t *testing.T) {
 	bin := buildOmnisat(t)
-	dir := t.TempDir()
-	demo, _ := filepath.Abs("../../configs/demo")
-	cfg := filepath.Join(dir, "omnisat.yaml")
-	os.WriteFile(cfg, []byte("server:\n  mode: audio\naudio:\n  input: file:"+demo+"/hello.wav\n  loop: true\n  output: none\n"+
-		"camera:\n  source: none\nlog:\n  level: debug\n"), 0o600)
+	cfg := writeSpeechFileConfig(t, t.TempDir(), "log:\n  level: debug\n")
 	runLogged := func(journal bool) string {
 		out, err := os.Create(filepath.Join(t.TempDir(), "journal"))
 		if err != nil {
@@ -138,10 +148,7 @@ func TestRunLogFormatFlag(t *testing.T) {
 		t.Errorf("--log-format xml: exit %d %q", code, stderr)
 	}
 	dir := t.TempDir()
-	demo, _ := filepath.Abs("../../configs/demo")
-	cfg := filepath.Join(dir, "omnisat.yaml")
-	os.WriteFile(cfg, []byte("server:\n  mode: audio\naudio:\n  input: file:"+demo+"/hello.wav\n  loop: true\n  output: none\n"+
-		"camera:\n  source: none\nlog:\n  level: debug\n  format: text\n"), 0o600)
+	cfg := writeSpeechFileConfig(t, dir, "log:\n  level: debug\n  format: text\n")
 	var out, errb syncBuffer
 	env := &cliEnv{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 	ctx, cancel := context.WithCancel(context.Background())

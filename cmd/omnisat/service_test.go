@@ -188,13 +188,7 @@ func TestServiceWithoutSystemd(t *testing.T) {
 func TestServiceStatusAsksTheAgent(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "agent.sock")
-	cfg := filepath.Join(dir, "omnisat.yaml")
-	demo, _ := filepath.Abs("../../configs/demo")
-	yaml := "server:\n  mode: audio\naudio:\n  input: file:" + demo + "/hello.wav\n  loop: true\n  output: none\n" +
-		"camera:\n  source: none\ncontrol:\n  socket: " + sock + "\nlog:\n  level: warn\n"
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeSpeechFileConfig(t, dir, "control:\n  socket: "+sock+"\nlog:\n  level: warn\n")
 
 	code, out, _ := runCLI(t, "service", "status", "-c", cfg)
 	if code != exitFailure || !strings.Contains(out, "agent:   not answering") || !strings.Contains(out, "service: ") {
