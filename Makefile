@@ -33,6 +33,6 @@ package: deps
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-# clean keeps build/sysroot-arm64 (1.1 GB, slow to remake); rm -rf build removes it too.
+# The arm64 sysroot stays in ~/.cache/omnisat (1.1 GB, slow to remake).
 clean:
-	rm -rf bin dist build/amd64 build/arm64
+	rm -rf bin dist build

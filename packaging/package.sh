@@ -2,14 +2,16 @@
 # make package: the omnisat .deb for each architecture in ARCHES (default "amd64 arm64") in
 # dist/, each checked by lintian; the arm64 binary is also run under qemu-user. The host's own
 # architecture is built natively; arm64 on another host is cross-built against a Debian
-# bookworm sysroot (packaging/sysroot-arm64.sh, kept in build/sysroot-arm64).
+# bookworm sysroot (packaging/sysroot-arm64.sh, kept in ~/.cache/omnisat; SYSROOT_ARM64=DIR
+# to put it elsewhere).
 # Needs what `make deps` installs (cross gcc, mmdebstrap, qemu-user-static, lintian).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 nfpm="github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2" # v2.46+ need a module the proxy lacks
 read -r -a arches <<<"${ARCHES:-amd64 arm64}"
-sysroot="${SYSROOT_ARM64:-build/sysroot-arm64}"
+# The sysroot lives in the user's cache, not the work tree, so fresh clones (CI) reuse it.
+sysroot="${SYSROOT_ARM64:-${XDG_CACHE_HOME:-$HOME/.cache}/omnisat/sysroot-arm64-bookworm}"
 version=$(packaging/version.sh)
 host=$(go env GOHOSTARCH)
 mkdir -p dist

@@ -294,11 +294,14 @@ func TestArm64Package(t *testing.T) {
 		t.Error("the arm64 package's unit is not packaging/omnisat.service")
 	}
 
-	sysroot := os.Getenv("SYSROOT_ARM64")
+	sysroot := os.Getenv("SYSROOT_ARM64") // where package.sh put it
 	if sysroot == "" {
-		sysroot = "../build/sysroot-arm64"
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sysroot = filepath.Join(cache, "omnisat", "sysroot-arm64-bookworm")
 	}
-	sysroot, _ = filepath.Abs(sysroot)
 	if _, err := os.Stat(filepath.Join(sysroot, "usr/lib/aarch64-linux-gnu")); err != nil {
 		t.Fatalf("no arm64 sysroot at %s (make package makes it): %v", sysroot, err)
 	}

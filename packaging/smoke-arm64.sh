@@ -12,7 +12,8 @@ out=$(run version)
 echo "smoke arm64: $out"
 case "$out" in "omnisat "*) ;; *) echo "smoke arm64: unexpected version output" >&2; exit 1 ;; esac
 
-if run config -h >/dev/null 2>&1; then
+commands=$(run --help)
+if grep -q '^  config ' <<<"$commands"; then
 	run config check -c configs/omnisat.example.yaml
 	echo "smoke arm64: config check passed"
 else
