@@ -4,7 +4,7 @@ BIN     ?= bin/omnisat
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all deps build test demo bench fuzz clean
+.PHONY: all deps build test demo bench fuzz package clean
 
 all: build
 
@@ -25,9 +25,14 @@ test: deps
 demo: deps build
 	@scripts/demo.sh $(BIN)
 
+## package: .deb packages for amd64 and arm64 in dist/ (arm64 cross-built), checked by lintian
+package: deps
+	@packaging/package.sh
+
 ## bench: the benchmarks, with memory figures
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# The arm64 sysroot stays in ~/.cache/omnisat (1.1 GB, slow to remake).
 clean:
-	rm -rf bin
+	rm -rf bin dist build

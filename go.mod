@@ -12,6 +12,8 @@ require (
 	golang.org/x/sys v0.36.0
 )
 
+require github.com/kardianos/service v1.3.0
+
 require (
 	github.com/eclipse/paho.mqtt.golang v1.5.1
 	golang.org/x/net v0.44.0 // indirect

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what omnisat needs to build, test and run its demo on Debian / Raspberry Pi OS:
 # the C libraries (PortAudio, OpenCV, speexdsp), the real parts the tests drive (Mosquitto,
-# PulseAudio, espeak-ng, sox, ffmpeg) and the Go modules. Installs only what is missing, so a
-# second run is quick. Works as root or through sudo.
+# PulseAudio, espeak-ng, sox, ffmpeg, systemd-analyze), what `make package` needs (mmdebstrap,
+# the arm64 cross compilers, qemu-user, lintian, dpkg-dev) and the Go modules. Installs only
+# what is missing, so a second run is quick. Works as root or through sudo.
 set -euo pipefail
 
 packages=(
@@ -11,6 +12,8 @@ packages=(
 	mosquitto mosquitto-clients
 	pulseaudio pulseaudio-utils libasound2-plugins alsa-utils
 	espeak-ng sox ffmpeg
+	systemd dpkg-dev
+	mmdebstrap gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user-static lintian
 )
 
 missing=()

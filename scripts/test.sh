@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, vet, every test with the race detector, then a short fuzzing
-# run of every decoder of outside input. FUZZTIME (default 8s) sets the time per fuzz target;
-# minimising each new interesting input is capped at 1s (the default 60s could eat the whole run).
+# The whole test suite: formatting, vet, the .deb packages, every test with the race detector,
+# then a short fuzzing run of every decoder of outside input. FUZZTIME (default 8s) sets the time
+# per fuzz target; minimising each new interesting input is capped at 1s (the default 60s could
+# eat the whole run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,10 @@ fi
 
 echo "== go vet"
 go vet ./...
+
+echo "== package (amd64, arm64; lintian; arm64 under qemu-user)"
+# Before the tests: packaging/package_test.go checks the packages built from this tree.
+packaging/package.sh
 
 echo "== go test -race"
 go test -race -count=1 -timeout 10m ./...

@@ -36,6 +36,8 @@ type cliEnv struct {
 	getenv         func(string) string
 	// hangup asks `run` to re-read its configuration; nil means SIGHUP.
 	hangup chan os.Signal
+	// journal is true when stderr goes to systemd's journal, which stamps the time itself.
+	journal bool
 }
 
 func commands() map[string]command {
@@ -48,12 +50,14 @@ func commands() map[string]command {
 		"devices":  {"list audio devices and cameras", runDevices},
 		"mqtt":     {"MQTT maintenance: remove-discovery", runMQTT},
 		"config":   {"check a configuration file, or print the commented example", runConfig},
+		"service":  {"install, start, stop or inspect the systemd service", runService},
 	}
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
+	env := &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, journal: isJournal(os.Stderr, os.Getenv("JOURNAL_STREAM"))}
+	code := run(ctx, os.Args[1:], env)
 	stop()
 	os.Exit(code)
 }

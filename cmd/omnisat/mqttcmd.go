@@ -30,7 +30,7 @@ func runMQTT(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintln(env.stderr, "omnisat mqtt: no mqtt.broker in the configuration")
 		return exitConfig
 	}
-	br, err := mqtt.New(cfg.MQTT, cfg.DeviceID, version, nil, newLogger(env.stderr, cfg.Log, new(slog.LevelVar), env.getenv))
+	br, err := mqtt.New(cfg.MQTT, cfg.DeviceID, version, nil, newLogger(env.stderr, cfg.Log, new(slog.LevelVar), env.journal))
 	if err != nil {
 		fmt.Fprintf(env.stderr, "omnisat mqtt: %v\n", err)
 		return exitConfig

@@ -36,7 +36,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		return exitUsage
 	}
 	if *logFormat != "" && *logFormat != "text" && *logFormat != "json" {
-		fmt.Fprintf(env.stderr, "omnisat run: --log-format %q is not text or json\n", *logFormat)
+		fmt.Fprintf(env.stderr, "omnisat run: --log-format: %q is not one of text, json\n", *logFormat)
 		return exitUsage
 	}
 	fail := func(code int, format string, a ...any) int {
@@ -55,7 +55,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		return fail(exitConfig, "%v", err)
 	}
 	level := new(slog.LevelVar)
-	log := newLogger(env.stderr, cfg.Log, level, env.getenv)
+	log := newLogger(env.stderr, cfg.Log, level, env.journal)
 	for _, w := range cfg.warnings {
 		log.Warn("config: " + w)
 	}
@@ -207,7 +207,7 @@ func startInstance(parent context.Context, cfg *fileConfig, env *cliEnv, log *sl
 	events, unsubscribe := sup.Subscribe(4096)
 	in.unsub = unsubscribe
 	in.runs.Add(1)
-	go func() { defer in.runs.Done(); printEvents(env.stdout, events) }()
+	go func() { defer in.runs.Done(); printEvents(env.stdout, events, !env.journal) }()
 
 	fmt.Fprintf(env.stdout, "omnisat %s: %s, %s/%s at %s; control socket %s\n", version, parts.describe,
 		cfg.Server.Dialect, cfg.Server.Mode, cfg.Server.URL, cfg.socketPath())
@@ -388,23 +388,28 @@ func readSecret(value, file string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// newLogger builds the process's logger. Under systemd (JOURNAL_STREAM set) text lines carry no
-// time: the journal stamps every line itself.
-func newLogger(w io.Writer, c logConfig, level *slog.LevelVar, getenv func(string) string) *slog.Logger {
+// newLogger writes c.Format lines to w at a level a reload can change. In the journal (journal
+// true) each line starts with its syslog priority (<3> for errors ...), so journalctl can filter
+// and colour by level, and text lines carry no time of their own: the journal stamps each.
+func newLogger(w io.Writer, c logConfig, level *slog.LevelVar, journal bool) *slog.Logger {
 	level.Set(logLevel(c.Level))
 	opts := &slog.HandlerOptions{Level: level}
-	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	if getenv != nil && getenv("JOURNAL_STREAM") != "" {
-		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
+	var out *journalOut
+	if journal {
+		out = &journalOut{w: w}
+		w = out
+		if c.Format != "json" {
+			opts.ReplaceAttr = dropTime
 		}
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if c.Format == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	if out != nil {
+		h = &journalHandler{inner: h, out: out}
+	}
+	return slog.New(h)
 }
 
 func logLevel(name string) slog.Level {
@@ -414,15 +419,22 @@ func logLevel(name string) slog.Level {
 }
 
 // printEvents writes the agent's events as readable lines: state changes, the assistant's text
-// as it streams, transcripts, lifecycle events and answers.
-func printEvents(w io.Writer, events <-chan agent.Event) {
+// as it streams, transcripts, lifecycle events and answers. Lines start with the time when
+// stamp is set (not in the journal, which stamps them itself).
+func printEvents(w io.Writer, events <-chan agent.Event, stamp bool) {
 	streaming := false
+	now := func() string {
+		if stamp {
+			return time.Now().Format("15:04:05") + " "
+		}
+		return ""
+	}
 	line := func(format string, a ...any) {
 		if streaming {
 			fmt.Fprintln(w)
 			streaming = false
 		}
-		fmt.Fprintf(w, time.Now().Format("15:04:05")+" "+format+"\n", a...)
+		fmt.Fprintf(w, now()+format+"\n", a...)
 	}
 	last := agent.State("")
 	for ev := range events {
@@ -443,7 +455,7 @@ func printEvents(w io.Writer, events <-chan agent.Event) {
 			line("state %s %s", st.State, detail)
 		case agent.TextDelta:
 			if !streaming {
-				fmt.Fprint(w, time.Now().Format("15:04:05")+" assistant: ")
+				fmt.Fprint(w, now()+"assistant: ")
 				streaming = true
 			}
 			fmt.Fprint(w, ev.Text)
