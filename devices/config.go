@@ -39,6 +39,55 @@ type AudioConfig struct {
 	// JitterBuffer is how long reply audio waits before it starts playing, so that a server
 	// producing about a second of speech per second plays without gaps (0: play at once).
 	JitterBuffer *time.Duration `yaml:"jitter_buffer"`
+
+	// EchoCancel is what is done about the speaker's sound coming back into the microphone:
+	// "aec" (cancel it, the default), "mute" (half duplex: the microphone sends silence while
+	// the speaker plays, plus MuteHangover) or "none". It applies when both the microphone and
+	// the speaker are real devices.
+	EchoCancel string `yaml:"echo_cancel"`
+	// HardwareAEC says the microphone cancels the echo itself (ReSpeaker, XMOS arrays): no
+	// echo handling here, whatever EchoCancel says.
+	HardwareAEC bool      `yaml:"hardware_aec"`
+	AEC         AECConfig `yaml:"aec"`
+	// MuteHangover is how long the microphone stays silent after the speaker's sound (mute).
+	MuteHangover     time.Duration          `yaml:"mute_hangover"`
+	NoiseSuppression NoiseSuppressionConfig `yaml:"noise_suppression"`
+	AGC              AGCConfig              `yaml:"agc"`
+}
+
+// AECConfig tunes the echo canceller (audio.aec).
+type AECConfig struct {
+	// FilterLength is the longest echo the canceller models (room reverberation plus any delay
+	// not covered by Delay); longer costs CPU and converges slower. Default 200ms.
+	FilterLength time.Duration `yaml:"filter_length"`
+	// Delay is extra echo path delay beyond the devices' own buffers (which are measured from
+	// PortAudio's timestamps): e.g. a Bluetooth speaker's. Default 0.
+	Delay time.Duration `yaml:"delay"`
+	// EchoSuppressDB and EchoSuppressActiveDB attenuate what echo is left after cancelling,
+	// while only the speaker is heard and while the user talks too. Defaults -40 and -15.
+	EchoSuppressDB       int `yaml:"echo_suppress_db"`
+	EchoSuppressActiveDB int `yaml:"echo_suppress_active_db"`
+}
+
+// NoiseSuppressionConfig is audio.noise_suppression.
+type NoiseSuppressionConfig struct {
+	Enabled *bool `yaml:"enabled"`  // default true
+	LevelDB int   `yaml:"level_db"` // most attenuation of noise, default -30
+}
+
+// AGCConfig is audio.agc: automatic gain on the cleaned microphone signal.
+type AGCConfig struct {
+	Enabled   bool    `yaml:"enabled"`     // default false
+	LevelDBFS float64 `yaml:"level_dbfs"`  // target loudness, default -20
+	MaxGainDB int     `yaml:"max_gain_db"` // default 30
+}
+
+// EchoMode is the echo handling in effect: none with a hardware canceller.
+func (c AudioConfig) EchoMode() string {
+	if c.HardwareAEC {
+		return "none"
+	}
+	return c.EchoCancel
 }
 
 // WithDefaults fills in unset fields.
@@ -68,6 +117,34 @@ func (c AudioConfig) WithDefaults() AudioConfig {
 	if c.JitterBuffer == nil {
 		d := 200 * time.Millisecond
 		c.JitterBuffer = &d
+	}
+	if c.EchoCancel == "" {
+		c.EchoCancel = "aec"
+	}
+	if c.AEC.FilterLength == 0 {
+		c.AEC.FilterLength = 200 * time.Millisecond
+	}
+	if c.AEC.EchoSuppressDB == 0 {
+		c.AEC.EchoSuppressDB = -40
+	}
+	if c.AEC.EchoSuppressActiveDB == 0 {
+		c.AEC.EchoSuppressActiveDB = -15
+	}
+	if c.MuteHangover == 0 {
+		c.MuteHangover = 300 * time.Millisecond
+	}
+	if c.NoiseSuppression.Enabled == nil {
+		on := true
+		c.NoiseSuppression.Enabled = &on
+	}
+	if c.NoiseSuppression.LevelDB == 0 {
+		c.NoiseSuppression.LevelDB = -30
+	}
+	if c.AGC.LevelDBFS == 0 {
+		c.AGC.LevelDBFS = -20
+	}
+	if c.AGC.MaxGainDB == 0 {
+		c.AGC.MaxGainDB = 30
 	}
 	return c
 }
@@ -112,6 +189,24 @@ func (c AudioConfig) Validate() error {
 		return fmt.Errorf("audio.output_latency: %v is outside 0..2s", c.OutputLatency)
 	case *c.JitterBuffer < 0 || *c.JitterBuffer > 2*time.Second:
 		return fmt.Errorf("audio.jitter_buffer: %v is outside 0..2s", *c.JitterBuffer)
+	case c.EchoCancel != "aec" && c.EchoCancel != "mute" && c.EchoCancel != "none":
+		return fmt.Errorf("audio.echo_cancel: %q is not one of aec, mute, none", c.EchoCancel)
+	case c.AEC.FilterLength < 10*time.Millisecond || c.AEC.FilterLength > time.Second:
+		return fmt.Errorf("audio.aec.filter_length: %v is outside 10ms..1s", c.AEC.FilterLength)
+	case c.AEC.Delay < 0 || c.AEC.Delay > time.Second:
+		return fmt.Errorf("audio.aec.delay: %v is outside 0..1s", c.AEC.Delay)
+	case c.AEC.EchoSuppressDB < -90 || c.AEC.EchoSuppressDB > 0:
+		return fmt.Errorf("audio.aec.echo_suppress_db: %d is outside -90..0", c.AEC.EchoSuppressDB)
+	case c.AEC.EchoSuppressActiveDB < -90 || c.AEC.EchoSuppressActiveDB > 0:
+		return fmt.Errorf("audio.aec.echo_suppress_active_db: %d is outside -90..0", c.AEC.EchoSuppressActiveDB)
+	case c.MuteHangover < 0 || c.MuteHangover > 10*time.Second:
+		return fmt.Errorf("audio.mute_hangover: %v is outside 0..10s", c.MuteHangover)
+	case c.NoiseSuppression.LevelDB < -90 || c.NoiseSuppression.LevelDB > 0:
+		return fmt.Errorf("audio.noise_suppression.level_db: %d is outside -90..0", c.NoiseSuppression.LevelDB)
+	case !(c.AGC.LevelDBFS >= -60 && c.AGC.LevelDBFS <= 0): // NaN too
+		return fmt.Errorf("audio.agc.level_dbfs: %v is outside -60..0", c.AGC.LevelDBFS)
+	case c.AGC.MaxGainDB < 0 || c.AGC.MaxGainDB > 60:
+		return fmt.Errorf("audio.agc.max_gain_db: %d is outside 0..60", c.AGC.MaxGainDB)
 	}
 	if c.InputChannel != "mix" {
 		n, err := strconv.Atoi(c.InputChannel)
