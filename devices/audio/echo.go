@@ -202,6 +202,7 @@ type cleaner struct {
 
 	hangover int64
 	loudTill int64 // capture index until which the speaker counts as playing (mute)
+	learned  int64 // capture samples of speaker sound the canceller has learnt from
 	stats    CleanStats
 }
 
@@ -271,8 +272,9 @@ func (c *cleaner) frameDone(dst []float32, micBase float64, micTimed bool) []flo
 			clear(c.ref)
 		}
 	}
+	loud := c.align != nil && peak(c.ref) > 1e-4 // -80 dBFS: anything audible
 	if c.cfg.Echo == EchoMute {
-		if peak(c.ref) > 1e-4 { // -80 dBFS: anything audible
+		if loud {
 			c.loudTill = c.accStart + int64(c.frame) + c.hangover
 		}
 		if c.accStart < c.loudTill {
@@ -283,6 +285,18 @@ func (c *cleaner) frameDone(dst []float32, micBase float64, micTimed bool) []flo
 	}
 	if c.proc != nil {
 		c.proc.Process(frame, frame, c.ref) // cannot fail: the sizes are the processor's
+	}
+	// Until the canceller has heard learnTime of the speaker it has not converged: the echo
+	// would pass nearly whole (and start a barge-in), so it is muted meanwhile, as in mute mode.
+	if c.cfg.Echo == EchoAEC && c.learned < int64(learnTime.Seconds()*float64(c.micRate)) {
+		if loud {
+			c.learned += int64(c.frame)
+			c.loudTill = c.accStart + int64(c.frame) + c.hangover
+		}
+		if c.accStart < c.loudTill {
+			c.stats.MutedFrames++
+			clear(frame)
+		}
 	}
 	return dst
 }
@@ -307,6 +321,8 @@ func (c *cleaner) close() {
 // canceller re-learn the echo path. The converter timestamps of PulseAudio's ALSA plugin
 // jitter by a few milliseconds.
 const (
+	// learnTime is how much speaker sound the canceller hears before its output is trusted.
+	learnTime      = 2 * time.Second
 	alignLead      = 15 * time.Millisecond
 	alignTolerance = 10 * time.Millisecond
 )

@@ -245,10 +245,17 @@ func (c *Card) PlayInto(path string) error {
 // 2 channels, 16 bits).
 func (c *Card) Record(t testing.TB, path string) (stop func()) {
 	t.Helper()
+	return c.RecordFrom(t, "spk.monitor", path)
+}
+
+// RecordFrom is Record from another source: "mic.monitor" is what the program's microphone
+// hears (the echo path and the played speech).
+func (c *Card) RecordFrom(t testing.TB, source, path string) (stop func()) {
+	t.Helper()
 	if !Require(t, "parecord") {
 		return func() {}
 	}
-	cmd := exec.Command("parecord", "--device=spk.monitor", "--file-format=wav", "--latency-msec=20", path)
+	cmd := exec.Command("parecord", "--device="+source, "--file-format=wav", "--latency-msec=20", path)
 	cmd.Env = c.env
 	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
