@@ -121,7 +121,7 @@ type Utterance struct {
 // Lifecycle is a session or device event: started, ended (with reason), rollover, reconnect,
 // dropped audio, a device lost or back.
 type Lifecycle struct {
-	Kind      string // session_started, session_ended, rollover, reconnect, audio_dropped, device_lost, device_back, error
+	Kind      string // session_started, session_ended, rollover, reconnect, audio_dropped, device_lost, device_back, barge_in, error
 	SessionID string
 	Reason    string
 	At        time.Time

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"image"
 	"image/jpeg"
 	"io"
@@ -829,4 +830,46 @@ func TestVideoFrames(t *testing.T) {
 		}
 	}
 	h.noRejections()
+}
+
+// Barge-in: the user speaking while the reply plays stops it (force_listen, playback flushed);
+// with barge-in off the same audio interrupts nothing.
+func TestBargeIn(t *testing.T) {
+	// 3 s of "user" tone, 1 s pause (the parrot's 3 s reply starts), then the user talks again.
+	audio := slices.Concat(make([]float32, 4000), tone(48000, 0.3), make([]float32, 16000), tone(16000, 0.3), make([]float32, 16000*20))
+	for _, enabled := range []bool{true, false} {
+		t.Run(fmt.Sprint("enabled=", enabled), func(t *testing.T) {
+			h := newHarness(t, setup{audio: audio, speed: 1, sim: realtimetest.Options{ForceListenCount: -1},
+				cfg: agent.Config{BargeIn: agent.BargeInConfig{Enabled: &enabled}}})
+			h.waitFor("speaking", 10*time.Second, isState(agent.StateSpeaking))
+			time.Sleep(2500 * time.Millisecond)
+			h.stop()
+			forced := 0
+			for _, a := range h.sim.Sessions()[0].Appends {
+				if a.ForceListen {
+					forced++
+				}
+			}
+			bargeIns := 0
+			for drained := false; !drained; {
+				select {
+				case ev, open := <-h.events:
+					drained = !open
+					if lc, ok := ev.(agent.Lifecycle); ok && lc.Kind == "barge_in" {
+						bargeIns++
+					}
+				default:
+					drained = true
+				}
+			}
+			t.Logf("barge-in %v: %d barge_in events, %d force_listen chunks", enabled, bargeIns, forced)
+			if enabled && (bargeIns != 1 || forced != 1) {
+				t.Errorf("barge-in on: %d barge_in events and %d force_listen chunks, want 1 and 1", bargeIns, forced)
+			}
+			if !enabled && (bargeIns != 0 || forced != 0) {
+				t.Errorf("barge-in off: %d barge_in events and %d force_listen chunks, want none", bargeIns, forced)
+			}
+			h.noRejections()
+		})
+	}
 }

@@ -87,4 +87,10 @@ func newEnergyVAD(thresholdDBFS float64) *energyVAD {
 	return &energyVAD{pipeline.NewEnergyVAD(inputRate, thresholdDBFS, 100, 600)}
 }
 
+// newBargeInVAD detects the user talking over a reply: MinSpeech of speech above the
+// threshold switches it on.
+func newBargeInVAD(c BargeInConfig) *energyVAD {
+	return &energyVAD{pipeline.NewEnergyVAD(inputRate, c.ThresholdDBFS, int(c.MinSpeech.Milliseconds()), 300)}
+}
+
 func (e *energyVAD) process(s []float32) (bool, bool) { return e.v.Process(s) }

@@ -62,6 +62,21 @@ type Config struct {
 
 	// VADThreshold is the local voice detector's level in dBFS (policy voice, idle detection).
 	VADThreshold float64 `yaml:"vad_threshold_dbfs"`
+
+	// BargeIn interrupts the model when the user talks over it (session.barge_in).
+	BargeIn BargeInConfig `yaml:"barge_in"`
+}
+
+// BargeInConfig is session.barge_in: the local voice detector on the (echo-cancelled)
+// microphone signal stops the model's speech when the user speaks while it plays.
+type BargeInConfig struct {
+	Enabled *bool `yaml:"enabled"` // default true
+	// ThresholdDBFS is the level that counts as the user speaking (the sensitivity: lower is
+	// more sensitive). Default -35.
+	ThresholdDBFS float64 `yaml:"threshold_dbfs"`
+	// MinSpeech is how long speech must last to interrupt, so a cough or a click does not.
+	// Default 150ms.
+	MinSpeech time.Duration `yaml:"min_speech"`
 }
 
 // WithDefaults fills in every unset field.
@@ -105,6 +120,13 @@ func (c Config) WithDefaults() Config {
 	if c.VADThreshold == 0 {
 		c.VADThreshold = -40
 	}
+	if c.BargeIn.Enabled == nil {
+		c.BargeIn.Enabled = ptr(true)
+	}
+	if c.BargeIn.ThresholdDBFS == 0 {
+		c.BargeIn.ThresholdDBFS = -35
+	}
+	def(&c.BargeIn.MinSpeech, 150*time.Millisecond)
 	return c
 }
 
@@ -151,6 +173,12 @@ func (c Config) Validate() error {
 	}
 	if c.VADThreshold > 0 || c.VADThreshold < -100 {
 		bad("session.vad_threshold_dbfs: %v is outside -100..0", c.VADThreshold)
+	}
+	if !(c.BargeIn.ThresholdDBFS >= -100 && c.BargeIn.ThresholdDBFS <= 0) {
+		bad("session.barge_in.threshold_dbfs: %v is outside -100..0", c.BargeIn.ThresholdDBFS)
+	}
+	if c.BargeIn.MinSpeech < 20*time.Millisecond || c.BargeIn.MinSpeech > 5*time.Second {
+		bad("session.barge_in.min_speech: %v is outside 20ms..5s", c.BargeIn.MinSpeech)
 	}
 	return errors.Join(errs...)
 }

@@ -380,6 +380,10 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		framesEvery = chunkSamples / s.cfg.FramesPerChunk
 	}
 	vad := newEnergyVAD(s.cfg.VADThreshold)
+	var barge *energyVAD
+	if *s.cfg.BargeIn.Enabled {
+		barge = newBargeInVAD(s.cfg.BargeIn)
+	}
 	block := make([]float32, captureBlock)
 	var seq uint64
 	cur := make([]float32, 0, chunkSamples)
@@ -406,6 +410,15 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 			select {
 			case s.speechCh <- speaking:
 			default:
+			}
+		}
+		if barge != nil {
+			// The user talks over the model's speech: stop it (the signal is echo-cancelled
+			// upstream, so the model's own voice does not count).
+			if speaking, changed := barge.process(got); changed && speaking && s.active.Load() != nil && s.speaker.Pending() > 0 {
+				s.log.Info("agent: barge-in: the user speaks over the reply")
+				s.bus.publish(Lifecycle{Kind: "barge_in", At: s.now()})
+				s.Interrupt()
 			}
 		}
 		cur = append(cur, got...)

@@ -9,6 +9,7 @@ import (
 	"github.com/omnisat/omnisat/agent"
 	"github.com/omnisat/omnisat/devices"
 	"github.com/omnisat/omnisat/devices/audio"
+	"github.com/omnisat/omnisat/pipeline/aec"
 	"github.com/omnisat/omnisat/realtime"
 )
 
@@ -30,7 +31,17 @@ func resolveAudio(spec, fallback string, input bool) (string, string) {
 	return fallback, "no default device"
 }
 
-func openMicrophone(ctx context.Context, c devices.AudioConfig, report *deviceReporter, log *slog.Logger) (agent.AudioSource, string, func() error, error) {
+// cleanConfig is the microphone's echo cancellation, noise suppression and gain from the
+// audio section; echo is what the speaker played.
+func cleanConfig(c devices.AudioConfig, echo *audio.EchoReference) audio.CleanConfig {
+	return audio.CleanConfig{Echo: audio.EchoMode(c.EchoMode()), Reference: echo, Delay: c.AEC.Delay, MuteHangover: c.MuteHangover,
+		Processor: aec.Config{FilterLength: c.AEC.FilterLength, EchoSuppressDB: c.AEC.EchoSuppressDB,
+			EchoSuppressActiveDB: c.AEC.EchoSuppressActiveDB, Denoise: *c.NoiseSuppression.Enabled,
+			NoiseSuppressDB: c.NoiseSuppression.LevelDB, AGC: c.AGC.Enabled, AGCLevel: c.AGC.LevelDBFS, AGCMaxGainDB: c.AGC.MaxGainDB}}
+}
+
+// openMicrophone opens the input; echo carries what the speaker plays to its echo canceller.
+func openMicrophone(ctx context.Context, c devices.AudioConfig, echo *audio.EchoReference, report *deviceReporter, log *slog.Logger) (agent.AudioSource, string, func() error, error) {
 	spec, why := resolveAudio(c.Input, c.InputFallback, true)
 	desc := "microphone " + spec
 	if why != "" {
@@ -44,18 +55,19 @@ func openMicrophone(ctx context.Context, c devices.AudioConfig, report *deviceRe
 		return src, desc, nil, nil
 	}
 	mic, err := audio.OpenMicrophone(ctx, audio.MicConfig{Device: spec, Rate: c.InputRate, Channels: c.InputChannels,
-		Channel: c.Channel(), GainDB: c.GainDB, Latency: c.InputLatency},
+		Channel: c.Channel(), GainDB: c.GainDB, Latency: c.InputLatency, Clean: cleanConfig(c, echo)},
 		func(ok bool, err error) { report.state("microphone", ok, err) }, log.With("component", "microphone"))
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("audio.input: %w", err)
 	}
-	return mic, fmt.Sprintf("%s (%s, %d Hz)", desc, mic.Name(), mic.Rate()), mic.Close, nil
+	return mic, fmt.Sprintf("%s (%s, %d Hz, echo %s)", desc, mic.Name(), mic.Rate(), c.EchoMode()), mic.Close, nil
 }
 
 // volumeSetter is a speaker whose volume can change live.
 type volumeSetter interface{ SetVolume(int) }
 
-func openSpeaker(ctx context.Context, c devices.AudioConfig, report *deviceReporter, log *slog.Logger) (agent.Speaker, string, func() error, error) {
+// openSpeaker opens the output; a PortAudio speaker hands what it plays to echo.
+func openSpeaker(ctx context.Context, c devices.AudioConfig, echo *audio.EchoReference, report *deviceReporter, log *slog.Logger) (agent.Speaker, string, func() error, error) {
 	spec, why := resolveAudio(c.Output, c.OutputFallback, false)
 	desc := "speaker " + spec
 	if why != "" {
@@ -68,7 +80,7 @@ func openSpeaker(ctx context.Context, c devices.AudioConfig, report *deviceRepor
 		spk := devices.NewFileSpeaker(path, realtime.OutputSampleRate)
 		return spk, desc, spk.Close, nil
 	}
-	spk, err := audio.OpenSpeaker(ctx, audio.SpeakerConfig{Device: spec, Rate: c.OutputRate, Volume: *c.Volume, Latency: c.OutputLatency},
+	spk, err := audio.OpenSpeaker(ctx, audio.SpeakerConfig{Device: spec, Rate: c.OutputRate, Volume: *c.Volume, Latency: c.OutputLatency, Echo: echo},
 		func(ok bool, err error) { report.state("speaker", ok, err) }, log.With("component", "speaker"))
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("audio.output: %w", err)

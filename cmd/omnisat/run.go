@@ -16,6 +16,7 @@ import (
 	"github.com/omnisat/omnisat/agent"
 	"github.com/omnisat/omnisat/agent/control"
 	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/devices/audio"
 	"github.com/omnisat/omnisat/devices/wav"
 	"github.com/omnisat/omnisat/mqtt"
 	"github.com/omnisat/omnisat/realtime"
@@ -331,7 +332,9 @@ func buildParts(ctx context.Context, cfg *fileConfig, report *deviceReporter, lo
 	}
 
 	var desc []string
-	mic, micDesc, closeMic, err := openMicrophone(ctx, cfg.Audio, report, log)
+	// What the speaker plays reaches the microphone's echo canceller through echo.
+	echo := audio.NewEchoReference()
+	mic, micDesc, closeMic, err := openMicrophone(ctx, cfg.Audio, echo, report, log)
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +342,7 @@ func buildParts(ctx context.Context, cfg *fileConfig, report *deviceReporter, lo
 	if closeMic != nil {
 		p.closers = append(p.closers, closeMic)
 	}
-	spk, spkDesc, closeSpk, err := openSpeaker(ctx, cfg.Audio, report, log)
+	spk, spkDesc, closeSpk, err := openSpeaker(ctx, cfg.Audio, echo, report, log)
 	if err != nil {
 		p.close()
 		return nil, err

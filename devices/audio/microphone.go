@@ -43,6 +43,9 @@ type MicConfig struct {
 	// Buffer is how much audio the capture ring holds for a slow reader; 0 means 2 s. When
 	// the reader falls further behind, the oldest audio is dropped (and counted).
 	Buffer time.Duration
+	// Clean is the echo cancellation, noise suppression and gain applied at the capture rate,
+	// before resampling (the zero value: none).
+	Clean CleanConfig
 }
 
 // DefaultMicConfig is the default device at its native rate, mixed down, at unity gain.
@@ -67,6 +70,9 @@ func (c MicConfig) Validate() error {
 		return fmt.Errorf("microphone frames per buffer %d: want 0..65536", c.FramesPerBuffer)
 	case c.Buffer < 0 || c.Buffer > time.Minute:
 		return fmt.Errorf("microphone buffer %v: want 0..1m", c.Buffer)
+	}
+	if err := c.Clean.validate(); err != nil {
+		return fmt.Errorf("microphone: %w", err)
 	}
 	return nil
 }
@@ -98,6 +104,8 @@ type Microphone struct {
 	inter     []float32 // interleaved frames from the ring
 	mono      []float32
 	out       []float32 // resampled; carry is its unread part
+	clean     *cleaner  // nil: nothing asked
+	cleaned   []float32
 	carry     []float32
 	timer     *time.Timer
 	delivered int64
@@ -122,6 +130,7 @@ type MicStats struct {
 	Output   int64 // 16 kHz samples Read returned, silence included
 	Silence  int64 // 16 kHz samples of silence returned while the device was lost
 	Losses   int64 // times the device was lost
+	Clean    CleanStats
 }
 
 // OpenMicrophone opens the input device cfg names and starts capturing. onState (may be nil)
@@ -170,9 +179,12 @@ func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
 	if lat == 0 {
 		lat = dev.highInLatency
 	}
-	r, link := m.ring, m.link
-	cb := func(in, _ []float32) {
+	r, link, rate, ref := m.ring, m.link, m.rate, m.cfg.Clean.Reference
+	cb := func(in, _ []float32, at float64) {
 		if link.current(gen) {
+			if ref != nil {
+				r.mark(ref.clock(at), rate)
+			}
 			r.write(in)
 			link.frames.Add(int64(len(in) / r.frame))
 		}
@@ -215,6 +227,14 @@ func (m *Microphone) initReader() error {
 	m.inter = make([]float32, readChunk*m.channels)
 	m.mono = make([]float32, readChunk)
 	m.out = make([]float32, 0, rs.OutputLen(readChunk))
+	if m.cfg.Clean.active() {
+		c, err := newCleaner(m.cfg.Clean, m.rate)
+		if err != nil {
+			return err
+		}
+		m.clean = c
+		m.cleaned = make([]float32, 0, readChunk+c.frame)
+	}
 	m.timer = time.NewTimer(time.Hour)
 	m.timer.Stop()
 	return nil
@@ -278,13 +298,18 @@ func (m *Microphone) fill(p []float32) int {
 	for n < len(p) {
 		// Frames for the rest of p, rounded up; the excess waits in carry.
 		need := (len(p)-n)*m.rate/OutputRate + 1
-		got := m.ring.read(m.inter[:min(need, readChunk)*m.channels]) / m.channels
+		got, start, micBase, timed := m.ring.readFrom(m.inter[:min(need, readChunk)*m.channels])
+		got /= m.channels
 		if got == 0 {
 			break
 		}
 		mono, err := pipeline.Float32ToMono(m.mono, m.inter[:got*m.channels], m.channels, m.cfg.Channel, m.gain)
 		if err != nil { // cannot happen: the settings were checked against the device
 			break
+		}
+		if m.clean != nil {
+			m.cleaned = m.clean.process(m.cleaned[:0], mono, start, micBase, timed)
+			mono = m.cleaned
 		}
 		m.out = m.rs.Process(m.out[:0], mono)
 		k := copy(p[n:], m.out)
@@ -323,12 +348,19 @@ func (m *Microphone) Name() string { return m.link.deviceName() }
 func (m *Microphone) Stats() MicStats {
 	m.readMu.Lock()
 	out := m.delivered
+	var clean CleanStats
+	if m.clean != nil {
+		clean = m.clean.stats
+		if m.clean.align != nil {
+			clean.Slips = m.clean.align.slips
+		}
+	}
 	m.readMu.Unlock()
 	written, dropped := m.ring.counts()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return MicStats{Rate: m.rate, Channels: m.channels, Captured: written, Dropped: dropped,
-		Output: out, Silence: m.silence, Losses: m.link.losses.Load()}
+		Output: out, Silence: m.silence, Losses: m.link.losses.Load(), Clean: clean}
 }
 
 // Close stops capturing and releases the device; Read then returns io.EOF. It waits for the
@@ -343,6 +375,11 @@ func (m *Microphone) Close() error {
 			err = errors.New("close microphone: the stream did not stop in time")
 		}
 		m.ring.wake()
+		m.readMu.Lock() // Read sees done and returns; the cleaner's C state can go
+		if m.clean != nil {
+			m.clean.close()
+		}
+		m.readMu.Unlock()
 	})
 	return err
 }
@@ -357,6 +394,7 @@ type ring struct {
 	written int64
 	dropped int64
 	notify  chan struct{} // a token when there is something new
+	fit     clockFit      // capture index at clock time 0 (when the echo canceller wants it)
 }
 
 func newRing(frames, channels int) *ring {
@@ -389,19 +427,35 @@ func (r *ring) write(in []float32) {
 	r.wake()
 }
 
+// mark stamps the frames written next: the first met the converter at clock time at.
+func (r *ring) mark(at float64, rate int) {
+	r.mu.Lock()
+	r.fit.add(r.written, at, rate)
+	r.mu.Unlock()
+}
+
 // read moves up to len(dst) samples (whole frames) into dst and returns how many.
 func (r *ring) read(dst []float32) int {
+	n, _, _, _ := r.readFrom(dst)
+	return n
+}
+
+// readFrom is read that also returns the capture index of the first frame moved and the
+// capture timing (index at clock time 0; timed is false while there is none).
+func (r *ring) readFrom(dst []float32) (n int, start int64, base float64, timed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := min(len(dst)-len(dst)%r.frame, r.n)
+	start = r.written - int64(r.n/r.frame)
+	base, timed = r.fit.base()
+	n = min(len(dst)-len(dst)%r.frame, r.n)
 	if n == 0 {
-		return 0
+		return 0, start, base, timed
 	}
 	k := copy(dst[:n], r.buf[r.r:])
 	copy(dst[k:n], r.buf)
 	r.r = (r.r + n) % len(r.buf)
 	r.n -= n
-	return n
+	return n, start, base, timed
 }
 
 // wake lets a waiting Read look again.

@@ -46,11 +46,19 @@ static PaError omnisatQuietInit(int quiet) {
 	return err;
 }
 
-extern void omnisatAudioCallback(uintptr_t handle, float *in, float *out, unsigned long frames);
+extern void omnisatAudioCallback(uintptr_t handle, float *in, float *out, unsigned long frames, double at);
 
+// The time handed on is when the buffer's first frame met the converter (ADC for input, DAC for
+// output) on PortAudio's stream clock, or the callback's own time when the host API gives none:
+// the echo canceller lines the speaker's output up with the microphone's input by it.
 static int omnisatPaCallback(const void *in, void *out, unsigned long frames,
 		const PaStreamCallbackTimeInfo *timeInfo, PaStreamCallbackFlags flags, void *user) {
-	omnisatAudioCallback((uintptr_t)user, (float *)in, (float *)out, frames);
+	double at = 0;
+	if (timeInfo) {
+		at = in ? timeInfo->inputBufferAdcTime : timeInfo->outputBufferDacTime;
+		if (at == 0) at = timeInfo->currentTime;
+	}
+	omnisatAudioCallback((uintptr_t)user, (float *)in, (float *)out, frames, at);
 	return paContinue;
 }
 
@@ -255,8 +263,9 @@ type paStream struct {
 
 // streamCallback is what a stream calls with each buffer: in for an input stream, out (to
 // fill) for an output stream, interleaved float32 frames. It runs on PortAudio's thread and
-// must not block.
-type streamCallback func(in, out []float32)
+// must not block. at is when the buffer's first frame met the converter, in seconds on
+// PortAudio's stream clock (shared by the streams of one process), 0 when unknown.
+type streamCallback func(in, out []float32, at float64)
 
 type callbackInfo struct {
 	fn       streamCallback
@@ -265,17 +274,17 @@ type callbackInfo struct {
 }
 
 //export omnisatAudioCallback
-func omnisatAudioCallback(handle C.uintptr_t, in, out *C.float, frames C.ulong) {
+func omnisatAudioCallback(handle C.uintptr_t, in, out *C.float, frames C.ulong, at C.double) {
 	c := cgo.Handle(handle).Value().(*callbackInfo)
 	n := int(frames) * c.channels
 	if c.input {
 		if in != nil {
-			c.fn(unsafe.Slice((*float32)(unsafe.Pointer(in)), n), nil)
+			c.fn(unsafe.Slice((*float32)(unsafe.Pointer(in)), n), nil, float64(at))
 		}
 		return
 	}
 	if out != nil {
-		c.fn(nil, unsafe.Slice((*float32)(unsafe.Pointer(out)), n))
+		c.fn(nil, unsafe.Slice((*float32)(unsafe.Pointer(out)), n), float64(at))
 	}
 }
 

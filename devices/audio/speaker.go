@@ -33,6 +33,9 @@ type SpeakerConfig struct {
 	// FramesPerBuffer per callback; 0 lets PortAudio choose. FlushAfter(0) silences the
 	// output within about one buffer.
 	FramesPerBuffer int
+	// Echo, when set, receives everything the speaker plays (after the volume), for the
+	// microphone's echo canceller.
+	Echo *EchoReference
 }
 
 // DefaultSpeakerConfig is the default device at its native rate and full volume.
@@ -126,6 +129,9 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 		}
 		pb.SetVolume(s.cfg.Volume)
 		s.pb = pb
+		if s.cfg.Echo != nil {
+			s.cfg.Echo.attach(s.rate)
+		}
 		s.scratch = make([]float32, speakerChunk)
 		s.drainBuf = make([]float32, s.rate/10)
 	}
@@ -147,13 +153,13 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			errs = append(errs, fmt.Errorf("%d channels: %q has %d", ch, dev.name, dev.maxOut))
 			continue
 		}
-		link, pb, scratch := s.link, s.pb, s.scratch
-		cb := func(_, out []float32) {
+		link, pb, scratch, echo := s.link, s.pb, s.scratch, s.cfg.Echo
+		cb := func(_, out []float32, at float64) {
 			if !link.current(gen) {
 				clear(out)
 				return
 			}
-			fillOutput(pb, out, ch, scratch)
+			fillOutput(pb, out, ch, scratch, echo, at)
 			link.frames.Add(int64(len(out) / ch))
 		}
 		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb)
@@ -168,16 +174,27 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 }
 
 // fillOutput is the stream callback's work: pull mono samples for out's frames and spread
-// them over ch interleaved channels. It does not allocate.
-func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32) {
+// them over ch interleaved channels, and hand them to echo (may be nil) stamped with at. It
+// does not allocate.
+func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32, echo *EchoReference, at float64) {
 	if ch == 1 {
 		pb.Pull(out)
+		if echo != nil {
+			echo.write(out, at)
+		}
 		return
 	}
 	frames := len(out) / ch
 	for done := 0; done < frames; {
 		n := min(frames-done, len(scratch))
 		pb.Pull(scratch[:n])
+		switch {
+		case echo == nil:
+		case done == 0:
+			echo.write(scratch[:n], at)
+		default:
+			echo.writeMore(scratch[:n])
+		}
 		dst := out[done*ch : (done+n)*ch]
 		if ch == 2 {
 			for i, v := range scratch[:n] {

@@ -245,10 +245,17 @@ func (c *Card) PlayInto(path string) error {
 // 2 channels, 16 bits).
 func (c *Card) Record(t testing.TB, path string) (stop func()) {
 	t.Helper()
+	return c.RecordFrom(t, "spk.monitor", path)
+}
+
+// RecordFrom is Record from another source: "mic.monitor" is what the program's microphone
+// hears (the echo path and the played speech).
+func (c *Card) RecordFrom(t testing.TB, source, path string) (stop func()) {
+	t.Helper()
 	if !Require(t, "parecord") {
 		return func() {}
 	}
-	cmd := exec.Command("parecord", "--device=spk.monitor", "--file-format=wav", "--latency-msec=20", path)
+	cmd := exec.Command("parecord", "--device="+source, "--file-format=wav", "--latency-msec=20", path)
 	cmd.Env = c.env
 	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -318,14 +325,44 @@ func (c *Card) Sox(t testing.TB, args ...string) {
 // path from the speaker to the microphone, for echo-cancellation tests. The returned func
 // unloads it; it is also unloaded when the daemon stops.
 func (c *Card) LoadLoopback(latencyMS int) (unload func() error, err error) {
+	return c.LoadEchoPath(latencyMS, 0)
+}
+
+// LoadEchoPath is LoadLoopback with the echo attenuated by gainDB (≤ 0): a room where the
+// microphone hears the speaker quieter than it plays.
+func (c *Card) LoadEchoPath(latencyMS int, gainDB float64) (unload func() error, err error) {
 	out, err := c.Pactl("load-module", "module-loopback", "source=spk.monitor", "sink=mic",
 		"latency_msec="+strconv.Itoa(latencyMS))
 	if err != nil {
 		return nil, fmt.Errorf("load echo loopback: %w", err)
 	}
 	idx := strings.TrimSpace(out)
-	return func() error {
+	unload = func() error {
 		_, err := c.Pactl("unload-module", idx)
 		return err
-	}, nil
+	}
+	if gainDB == 0 {
+		return unload, nil
+	}
+	// The loopback's sink input is the one whose owner module is idx.
+	list, err := c.Pactl("list", "sink-inputs")
+	if err != nil {
+		unload()
+		return nil, err
+	}
+	input := ""
+	for _, block := range strings.Split(list, "Sink Input #")[1:] {
+		if strings.Contains(block, "Owner Module: "+idx+"\n") {
+			input, _, _ = strings.Cut(block, "\n")
+		}
+	}
+	if input == "" {
+		unload()
+		return nil, fmt.Errorf("echo loopback: no sink input of module %s in %q", idx, list)
+	}
+	if _, err := c.Pactl("set-sink-input-volume", strings.TrimSpace(input), strconv.FormatFloat(gainDB, 'f', 1, 64)+"dB"); err != nil {
+		unload()
+		return nil, err
+	}
+	return unload, nil
 }

@@ -236,7 +236,11 @@ func (s *session) startReply() string {
 	}
 	words := len(strings.Fields(text))
 	s.kv += float64(3 * words)
-	s.reply = splitSamples(resample(s.heard, inputRate, outputRate), outputRate)
+	if r := s.srv.opts.Reply; len(r) > 0 {
+		s.reply = splitSamples(r, outputRate)
+	} else {
+		s.reply = splitSamples(resample(s.heard, inputRate, outputRate), outputRate)
+	}
 	s.heard = nil
 	s.replyResp = s.newResponse()
 	if s.dialect == Current {

@@ -77,6 +77,9 @@ type Options struct {
 	StepDelay     time.Duration // simulated model time per full-duplex step / chat turn; default 0
 	ReadLimit     int64         // largest client message in bytes; default DefaultReadLimit
 	SpeechDBFS    float64       // energy detector threshold in dBFS (RMS over 20 ms); default -40
+	// Reply, when set, is the audio (24 kHz mono) the full-duplex parrot answers with instead
+	// of what it heard: a model that talks for as long as a test needs.
+	Reply []float32
 	// InFlightGrace: input arriving this soon after a legacy session.closed{context_full} was
 	// sent before the client could know; it is ignored (counted), not rejected. Default 2s; <0: none.
 	InFlightGrace time.Duration

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/omnisat/omnisat/agent"
+	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/devices/wav"
+	"github.com/omnisat/omnisat/internal/signaltest"
+	"github.com/omnisat/omnisat/internal/testaudio"
+	"github.com/omnisat/omnisat/realtime/realtimetest"
+)
+
+// e2eRate is the rate everything is compared at: the model's input rate.
+const e2eRate = 16000
+
+func readAt(t *testing.T, path string, rate int) []float32 {
+	t.Helper()
+	a, err := wav.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := devices.Resample(a.Mono(), a.Rate, rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func levelDB(s []float32) float64 {
+	var e float64
+	for _, v := range s {
+		e += float64(v) * float64(v)
+	}
+	return 10 * math.Log10(e/float64(max(len(s), 1))+1e-20)
+}
+
+// onset is the first sample where s gets louder than -40 dBFS over 10 ms.
+func onset(s []float32) int {
+	const win = e2eRate / 100
+	for i := 0; i+win <= len(s); i += win / 2 {
+		if levelDB(s[i:i+win]) > -40 {
+			return i
+		}
+	}
+	return -1
+}
+
+// echoScene is one run of omnisat on a virtual sound card with an echo path: the speaker's
+// output comes back into the microphone 6 dB down and delayed, the user's speech is played into
+// the microphone, and the simulator answers with reply (the model talking).
+type echoScene struct {
+	up      []float32 // what the server received, 16 kHz
+	heard   []float32 // what the microphone heard (the mic sink's monitor), 16 kHz
+	session realtimetest.SessionRecord
+	spk     []float32 // the speaker sink, recordRate
+	spkT0   time.Time // wall time of spk[0] (an upper bound)
+	shift   int       // heard[i] is up[i+shift]
+	askEnd  int       // where the user's request ends in heard
+}
+
+// find is where ref first plays in sig after from (within the following span).
+func find(ref, sig []float32, from, span int) (int, float64) {
+	from = max(from, 0)
+	lag, c := signaltest.Align(ref, sig[from:min(len(sig), from+span)])
+	return from + lag, c
+}
+
+// TestEndToEndEchoCancellation is the proof of issue 7 on the virtual sound card, with the
+// real binary: the model talks for 60 s into an echo path while the user is silent (the
+// canceller's ERLE and convergence are measured over it, and no barge-in may happen), then the
+// user talks over it (double talk reaches the server; barge-in stops the model); and in mute
+// mode nothing of the echo reaches the server.
+func TestEndToEndEchoCancellation(t *testing.T) {
+	card := testaudio.Start(t)
+	if !testaudio.Require(t, "espeak-ng", "paplay", "parecord", "pacat") {
+		return
+	}
+	bin := buildOmnisat(t)
+	dir := t.TempDir()
+	speak := func(name, text string) string {
+		p := filepath.Join(dir, name+".wav")
+		if err := os.Rename(card.Speech(t, text), p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	askPath := speak("ask", "Please tell me a long story.")
+	stopPath := speak("stop", "Stop please, wait a moment, I have another question for you.")
+	storyPath := speak("story", "Once upon a time there was a small satellite that listened to everyone in the house. "+
+		"It heard the kettle, the dog and the radio, and it learnt to tell them apart from the people who spoke to it. "+
+		"Every evening it told the children a story, and every evening they interrupted it with questions.")
+	story := readAt(t, storyPath, 24000)
+	ask16, stop16, story16 := readAt(t, askPath, e2eRate), readAt(t, stopPath, e2eRate), readAt(t, storyPath, e2eRate)
+
+	unload, err := card.LoadEchoPath(60, -6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unload()
+
+	run := func(t *testing.T, extra string, reply []float32, during func(s *realtimetest.Server)) echoScene {
+		sim := realtimetest.NewServer(realtimetest.Options{ForceListenCount: -1, Reply: reply})
+		defer sim.Close()
+		runDir := t.TempDir()
+		cfgPath, sock := writeDeviceConfig(t, runDir, sim.URL(), "")
+		if extra != "" { // more keys of the audio section
+			b, _ := os.ReadFile(cfgPath)
+			os.WriteFile(cfgPath, []byte(strings.Replace(string(b), "  output: default\n", "  output: default\n"+extra, 1)), 0o600)
+		}
+		heardPath := filepath.Join(t.TempDir(), "heard.wav")
+		stopHeard := card.RecordFrom(t, "mic.monitor", heardPath)
+		rec := startLiveRecording(t)
+		stopOmnisat := runOmnisat(t, bin, cfgPath, runDir)
+		waitState(t, sock, agent.StateListening, 20*time.Second)
+		if err := card.PlayInto(askPath); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, sock, agent.StateSpeaking, 15*time.Second)
+		during(sim)
+		stopOmnisat()
+		rec.stop()
+		stopHeard()
+		var sc echoScene
+		sc.session = sim.Sessions()[0]
+		if len(sc.session.Rejections) > 0 {
+			t.Fatalf("simulator rejected: %v", sc.session.Rejections)
+		}
+		sc.up = sc.session.Audio
+		sc.heard = readAt(t, heardPath, e2eRate)
+		rec.mu.Lock()
+		sc.spk, sc.spkT0 = rec.samples, rec.start
+		rec.mu.Unlock()
+		// The request is in both: it lines the two up.
+		upAt, c1 := signaltest.Align(ask16, sc.up)
+		heardAt, c2 := signaltest.Align(ask16, sc.heard)
+		if c1 < 0.8 || c2 < 0.8 {
+			t.Fatalf("the user's request was not found (ncc %.2f upstream, %.2f at the microphone)", c1, c2)
+		}
+		sc.shift = upAt - heardAt
+		sc.askEnd = heardAt + len(ask16)
+		return sc
+	}
+
+	t.Run("aec", func(t *testing.T) {
+		// 64 s of the model talking: the story over and over.
+		var reply []float32
+		for len(reply) < 64*24000 {
+			reply = append(reply, story...)
+			reply = append(reply, make([]float32, 24000/4)...)
+		}
+		sc := run(t, "", reply, func(*realtimetest.Server) {
+			time.Sleep(60 * time.Second)
+			if err := card.PlayInto(stopPath); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(1500 * time.Millisecond)
+		})
+		echoAt, c := find(story16, sc.heard, sc.askEnd, len(story16)+10*e2eRate)
+		userAt, c2 := find(stop16, sc.heard, echoAt+50*e2eRate, 30*e2eRate)
+		if c < 0.5 || c2 < 0.5 || userAt < echoAt+50*e2eRate {
+			t.Fatalf("scene not as planned: echo at %.2f s (ncc %.2f), user at %.2f s (ncc %.2f)",
+				float64(echoAt)/e2eRate, c, float64(userAt)/e2eRate, c2)
+		}
+		userOn := userAt + onset(stop16)
+		heardUp := func(i, j int) ([]float32, []float32) { return sc.heard[i:j], sc.up[i+sc.shift : j+sc.shift] }
+
+		// ERLE per half second from the start of the echo, then over all of it after 2 s.
+		const half = e2eRate / 2
+		converged := -1
+		var line []float64
+		for i := echoAt; i+half <= userOn; i += half {
+			h, u := heardUp(i, i+half)
+			if levelDB(h) < -50 { // a pause in the story: nothing to cancel
+				continue
+			}
+			erle := levelDB(h) - levelDB(u)
+			if len(line) < 8 {
+				line = append(line, math.Round(erle*10)/10)
+			}
+			if erle >= 20 && converged < 0 {
+				converged = i - echoAt
+			}
+		}
+		h, u := heardUp(echoAt+2*e2eRate, userOn-e2eRate/10)
+		erle := levelDB(h) - levelDB(u)
+		t.Logf("echo at the microphone %.1f dBFS; sent to the server after 2 s %.1f dBFS: ERLE %.1f dB over %.1f s; "+
+			"per half second from the start: %v dB; ≥ 20 dB after %.1f s",
+			levelDB(h), levelDB(u), erle, float64(len(h))/e2eRate, line, float64(converged)/e2eRate)
+		if erle < 20 {
+			t.Errorf("ERLE %.1f dB, want ≥ 20", erle)
+		}
+		if converged < 0 || converged > 2*e2eRate {
+			t.Errorf("ERLE reached 20 dB after %.1f s, want ≤ 2 s", float64(converged)/e2eRate)
+		}
+
+		// Barge-in: none on the echo alone; then one, soon after the user starts.
+		pos, flEnd := 0, -1
+		var flAt time.Time
+		for _, a := range sc.session.Appends {
+			pos += a.Samples
+			if a.ForceListen && flEnd < 0 {
+				flEnd, flAt = pos, a.At
+			}
+		}
+		userOnUp := userOn + sc.shift
+		switch {
+		case flEnd < 0:
+			t.Fatal("no barge-in: no force_listen reached the server")
+		case flEnd < userOnUp:
+			t.Fatalf("barge-in on echo alone: force_listen at %.2f s of the upstream audio, the user spoke at %.2f s",
+				float64(flEnd)/e2eRate, float64(userOnUp)/e2eRate)
+		}
+		bargeIn := time.Duration(float64(flEnd-userOnUp) / e2eRate * float64(time.Second))
+		// The speaker: silent from when, against the force_listen chunk's arrival.
+		from := int(flAt.Add(-time.Second).Sub(sc.spkT0).Seconds() * recordRate)
+		quiet := signaltest.SilentFrom(sc.spk, max(from, 0), recordRate/100, recordRate/2, 0.003)
+		if quiet < 0 {
+			t.Fatal("the speaker never fell silent after the barge-in")
+		}
+		silentAfter := sc.spkT0.Add(time.Duration(float64(quiet) / recordRate * float64(time.Second))).Sub(flAt)
+		// Double talk: the user's words over the model's speech, as the server got them.
+		dtEnd := min(flEnd, userAt+len(stop16)+sc.shift)
+		dtNCC := signaltest.NCC(stop16[onset(stop16):], sc.up[userOnUp:dtEnd], 0)
+		_, wholeNCC := signaltest.Align(stop16, sc.up[userAt+sc.shift-e2eRate/4:min(len(sc.up), userAt+sc.shift+len(stop16)+e2eRate/4)])
+		t.Logf("no barge-in over %.1f s of model speech with echo; user onset → force_listen %v (chunk end, sample positions); "+
+			"speaker silent %v after the force_listen chunk arrived; double talk ncc %.3f over %.2f s, whole phrase ncc %.3f",
+			float64(userOn-echoAt)/e2eRate, bargeIn.Round(time.Millisecond), silentAfter.Round(time.Millisecond),
+			dtNCC, float64(dtEnd-userOnUp)/e2eRate, wholeNCC)
+		if bargeIn > 300*time.Millisecond {
+			t.Errorf("barge-in %v after the user's onset, want ≤ 300 ms", bargeIn)
+		}
+		if silentAfter > 100*time.Millisecond {
+			t.Errorf("speaker silent %v after force_listen, want ≤ 100 ms", silentAfter)
+		}
+		if dtNCC < 0.7 {
+			t.Errorf("double talk ncc %.3f, want ≥ 0.7", dtNCC)
+		}
+	})
+
+	t.Run("mute", func(t *testing.T) {
+		reply := slices.Concat(story[:min(len(story), 6*24000)])
+		sc := run(t, "  echo_cancel: mute\n", reply, func(*realtimetest.Server) { time.Sleep(9 * time.Second) })
+		echoAt, c := find(story16[:6*e2eRate], sc.heard, sc.askEnd, 16*e2eRate)
+		if c < 0.5 {
+			t.Fatalf("the echo was not found at the microphone (ncc %.2f)", c)
+		}
+		end := echoAt + 6*e2eRate
+		leaked, loudest := 0, float32(0)
+		for _, v := range sc.up[echoAt+sc.shift : min(len(sc.up), end+sc.shift)] {
+			if v != 0 {
+				leaked++
+				loudest = max(loudest, v, -v)
+			}
+		}
+		t.Logf("mute: echo at the microphone %.1f dBFS over %.1f s; %d non-zero samples reached the server (peak %.5f)",
+			levelDB(sc.heard[echoAt:end]), float64(end-echoAt)/e2eRate, leaked, loudest)
+		if leaked > 0 {
+			t.Errorf("%d samples of the echo reached the server in mute mode", leaked)
+		}
+	})
+}
