@@ -537,6 +537,7 @@ func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 }
 
 func (l *loop) handleSpeech(speaking bool) {
+	l.publish() // the speech flag is part of the status
 	if !speaking {
 		return
 	}

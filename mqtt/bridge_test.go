@@ -31,7 +31,7 @@ func TestTopicsAndPayloads(t *testing.T) {
 	st := w.waitFor(p+"state", wait, nil).json(t)
 	for k, want := range map[string]any{"state": "listening", "connected": true, "mode": "audio", "dialect": "current",
 		"session_id": "sess-1", "kv_cache_length": 100.0, "queue_position": 0.0, "reconnects": 0.0, "mic_muted": false,
-		"camera_on": false, "volume": 50.0, "last_error": "", "session_age_s": 0.0, "policy": "always"} {
+		"camera_on": false, "volume": 50.0, "speech": false, "last_error": "", "session_age_s": 0.0, "policy": "always"} {
 		if st[k] != want {
 			t.Errorf("state[%q] = %#v, want %#v (state %v)", k, st[k], want, st)
 		}

@@ -31,6 +31,7 @@ type statePayload struct {
 	MicMuted      bool              `json:"mic_muted"`
 	CameraOn      bool              `json:"camera_on"`
 	Volume        int               `json:"volume"`
+	Speech        bool              `json:"speech"`
 	LastError     string            `json:"last_error"`
 	Devices       map[string]string `json:"devices,omitempty"`
 }
@@ -46,7 +47,7 @@ func buildState(st agent.Status) statePayload {
 		Policy: string(st.Policy), Mode: st.Mode, Dialect: st.Dialect, SessionID: st.SessionID,
 		SessionAge: math.Round(st.SessionAge*10) / 10, QueuePosition: st.QueuePosition,
 		KVCacheLength: st.KVCacheLength, Reconnects: st.Reconnects, Rollovers: st.Rollovers,
-		MicMuted: st.Muted, CameraOn: st.CameraOn, Volume: st.Volume, LastError: st.LastError,
+		MicMuted: st.Muted, CameraOn: st.CameraOn, Volume: st.Volume, Speech: st.Speech, LastError: st.LastError,
 		Devices: st.Devices,
 	}
 	if !st.Since.IsZero() {
