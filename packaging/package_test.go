@@ -375,3 +375,101 @@ func TestVersionScript(t *testing.T) {
 		}
 	}
 }
+
+// The amd64 package installed for real, with dpkg inside a chroot of a minimal bookworm system
+// that holds only what Depends names: the maintainer scripts run (user, groups, modes, the
+// unit enabled), the binary runs on the libraries Depends brought, an edited conffile survives
+// a reinstall, and remove and purge clean up. Needs root (chroot) and mmdebstrap; the base
+// system is kept in the user's cache (about 800 MB, a minute to make).
+func TestInstallIntoScratchSystem(t *testing.T) {
+	need(t, "dpkg-deb", "mmdebstrap", "chroot")
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("installing into a chroot needs root")
+		}
+		t.Skip("installing into a chroot needs root")
+	}
+	path := deb(t, "amd64")
+	var runtime []string
+	for _, alts := range dependsAlternatives(output(t, "dpkg-deb", "-f", path, "Depends")) {
+		runtime = append(runtime, packageName(alts[0]))
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(cache, "omnisat", "install-root-amd64-bookworm")
+	if out, err := exec.Command("./install-root.sh", base, strings.Join(runtime, ",")).CombinedOutput(); err != nil {
+		t.Fatalf("install-root.sh: %v\n%s", err, out)
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	if out, err := exec.Command("cp", "-a", base, root).CombinedOutput(); err != nil {
+		t.Fatalf("copy the base system: %v %s", err, out)
+	}
+	debBytes, _ := os.ReadFile(path)
+	os.WriteFile(filepath.Join(root, "tmp/omnisat.deb"), debBytes, 0o644)
+	in := func(args ...string) string { // a command inside the scratch system
+		t.Helper()
+		return output(t, "chroot", append([]string{root}, args...)...)
+	}
+	owner := func(p string) string { // "user:group mode" as the scratch system names them
+		t.Helper()
+		return strings.TrimSpace(in("stat", "-c", "%U:%G %a", p))
+	}
+	exists := func(p string) bool {
+		_, err := os.Lstat(filepath.Join(root, p))
+		return err == nil
+	}
+
+	in("dpkg", "-i", "/tmp/omnisat.deb") // no --force-depends: Depends is satisfied by the base
+	version, _ := versionOnce()
+	if got := in("/usr/bin/omnisat", "version"); got != "omnisat "+version+"\n" {
+		t.Errorf("installed omnisat version: %q", got)
+	}
+	if id := in("id", "omnisat"); !strings.Contains(id, "(audio)") || !strings.Contains(id, "(video)") || !strings.Contains(id, "groups=") {
+		t.Errorf("omnisat user: %s", id)
+	}
+	if shell := strings.TrimSpace(in("getent", "passwd", "omnisat")); !strings.HasSuffix(shell, ":/var/lib/omnisat:/usr/sbin/nologin") {
+		t.Errorf("omnisat user entry %q: want home /var/lib/omnisat and no login shell", shell)
+	}
+	for p, want := range map[string]string{"/etc/omnisat/omnisat.yaml": "root:omnisat 640", "/var/lib/omnisat": "omnisat:omnisat 750"} {
+		if got := owner(p); got != want {
+			t.Errorf("%s: %s; want %s", p, got, want)
+		}
+	}
+	wants := "etc/systemd/system/multi-user.target.wants/omnisat.service"
+	if target, err := os.Readlink(filepath.Join(root, wants)); err != nil || target != "/lib/systemd/system/omnisat.service" {
+		t.Errorf("the unit is not enabled: %s -> %q %v", wants, target, err)
+	}
+
+	// A reinstall (dpkg's upgrade path) keeps the administrator's edit and the modes.
+	conf := filepath.Join(root, "etc/omnisat/omnisat.yaml")
+	edited := readFile(t, conf) + "# edited by the administrator\n"
+	os.WriteFile(conf, []byte(edited), 0o640)
+	in("dpkg", "-i", "/tmp/omnisat.deb")
+	if readFile(t, conf) != edited {
+		t.Error("the reinstall replaced the edited /etc/omnisat/omnisat.yaml")
+	}
+	if got := owner("/etc/omnisat/omnisat.yaml"); got != "root:omnisat 640" {
+		t.Errorf("after the reinstall /etc/omnisat/omnisat.yaml is %s", got)
+	}
+
+	// Remove keeps the configuration and masks the unit; purge takes everything but the user.
+	in("dpkg", "-r", "omnisat")
+	if !exists("etc/omnisat/omnisat.yaml") || exists("usr/bin/omnisat") {
+		t.Error("remove: the conffile must stay and the binary go")
+	}
+	if target, _ := os.Readlink(filepath.Join(root, "etc/systemd/system/omnisat.service")); target != "/dev/null" {
+		t.Errorf("remove: the unit is not masked (%q)", target)
+	}
+	in("dpkg", "--purge", "omnisat")
+	for _, p := range []string{"etc/omnisat/omnisat.yaml", "var/lib/omnisat", wants, "etc/systemd/system/omnisat.service"} {
+		if exists(p) {
+			t.Errorf("purge left %s", p)
+		}
+	}
+	// dpkg-statoverride --list exits 1 when it lists nothing.
+	if over, _ := exec.Command("chroot", root, "dpkg-statoverride", "--list").CombinedOutput(); strings.Contains(string(over), "omnisat") {
+		t.Errorf("purge left the recorded modes: %s", over)
+	}
+}
