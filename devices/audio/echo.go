@@ -313,7 +313,8 @@ func (c *cleaner) frameDone(dst []float32, micBase float64, micTimed bool) []flo
 // over the next period, which matches its rate to the echo's.
 type drift struct {
 	since  int64   // capture samples since the last look
-	origin float64 // where the echo path peaked first (after learning or a slip)
+	origin float64 // where the echo path peaked first (after learning, a slip or a jump)
+	last   float64 // where it peaked at the last look
 	slips  int64   // the aligner's slips at origin
 	have   bool
 }
@@ -335,10 +336,14 @@ func (d *drift) follow(proc *aec.Processor, a *echoAligner, frame int64, rate in
 	if !ok {
 		return
 	}
-	if !d.have || d.slips != a.slips {
-		d.origin, d.slips, d.have = peakAt, a.slips, true
+	// A peak that jumped (the canceller re-learning after a slip or a change in the room)
+	// is a new origin, not drift: drift moves it by well under a sample per look.
+	if !d.have || d.slips != a.slips || math.Abs(peakAt-d.last) > float64(rate)/1000 {
+		d.origin, d.last, d.slips, d.have = peakAt, peakAt, a.slips, true
+		a.shiftRate = 0
 		return
 	}
+	d.last = peakAt
 	a.shiftRate = math.Max(-driftMax, math.Min(driftMax, driftGain*(peakAt-d.origin)/float64(period)))
 }
 
