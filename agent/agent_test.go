@@ -835,8 +835,12 @@ func TestVideoFrames(t *testing.T) {
 // Barge-in: the user speaking while the reply plays stops it (force_listen, playback flushed);
 // with barge-in off the same audio interrupts nothing.
 func TestBargeIn(t *testing.T) {
-	// 3 s of "user" tone, 1 s pause (the parrot's 3 s reply starts), then the user talks again.
-	audio := slices.Concat(make([]float32, 4000), tone(48000, 0.3), make([]float32, 16000), tone(16000, 0.3), make([]float32, 16000*20))
+	// 3 s of "user" tone, 1.64 s pause (the parrot's 3 s reply starts), then the user talks
+	// again. The second onset sits 870 ms into a 1 s chunk, so the speech is confirmed (min
+	// speech 150 ms) just after the next chunk boundary: the worst case for how long the
+	// force_listen chunk must grow to the server's minimum.
+	const secondOnset = 4000 + 48000 + 26240
+	audio := slices.Concat(make([]float32, 4000), tone(48000, 0.3), make([]float32, 26240), tone(16000, 0.3), make([]float32, 16000*20))
 	for _, enabled := range []bool{true, false} {
 		t.Run(fmt.Sprint("enabled=", enabled), func(t *testing.T) {
 			h := newHarness(t, setup{audio: audio, speed: 1, sim: realtimetest.Options{ForceListenCount: -1},
@@ -844,10 +848,13 @@ func TestBargeIn(t *testing.T) {
 			h.waitFor("speaking", 10*time.Second, isState(agent.StateSpeaking))
 			time.Sleep(2500 * time.Millisecond)
 			h.stop()
-			forced := 0
-			for _, a := range h.sim.Sessions()[0].Appends {
+			forced, pos, forcedEnd := 0, 0, -1
+			sess := h.sim.Sessions()[0]
+			for _, a := range sess.Appends {
+				pos += a.Samples
 				if a.ForceListen {
 					forced++
+					forcedEnd = pos
 				}
 			}
 			bargeIns := 0
@@ -865,6 +872,22 @@ func TestBargeIn(t *testing.T) {
 			t.Logf("barge-in %v: %d barge_in events, %d force_listen chunks", enabled, bargeIns, forced)
 			if enabled && (bargeIns != 1 || forced != 1) {
 				t.Errorf("barge-in on: %d barge_in events and %d force_listen chunks, want 1 and 1", bargeIns, forced)
+			}
+			if enabled && forced == 1 {
+				// The upstream audio is the capture sample for sample, so the onset is where the
+				// second tone starts in it; the force_listen chunk must end within the server's
+				// minimum chunk (plus a capture block and a detector frame) of it.
+				onset := -1
+				for i := secondOnset - 8000; i < len(sess.Audio); i++ {
+					if sess.Audio[i] != 0 && onset < 0 {
+						onset = i
+					}
+				}
+				late := forcedEnd - onset
+				t.Logf("force_listen chunk ends %d samples (%.0f ms) after the onset", late, float64(late)/16)
+				if onset < 0 || late < 0 || late > realtime.MinChunkSamples+2*320 {
+					t.Errorf("force_listen chunk ends %d samples after the onset (at %d), want 0..%d", late, onset, realtime.MinChunkSamples+2*320)
+				}
 			}
 			if !enabled && (bargeIns != 0 || forced != 0) {
 				t.Errorf("barge-in off: %d barge_in events and %d force_listen chunks, want none", bargeIns, forced)

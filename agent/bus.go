@@ -90,7 +90,9 @@ func newEnergyVAD(thresholdDBFS float64) *energyVAD {
 // newBargeInVAD detects the user talking over a reply: MinSpeech of speech above the
 // threshold switches it on.
 func newBargeInVAD(c BargeInConfig) *energyVAD {
-	return &energyVAD{pipeline.NewEnergyVAD(inputRate, c.ThresholdDBFS, int(c.MinSpeech.Milliseconds()), 300)}
+	v := pipeline.NewEnergyVAD(inputRate, c.ThresholdDBFS, int(c.MinSpeech.Milliseconds()), 300)
+	v.SetAttackGap(3) // "stop", "wait": up to 60 ms of closure inside the minimum speech
+	return &energyVAD{v}
 }
 
 func (e *energyVAD) process(s []float32) (bool, bool) { return e.v.Process(s) }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -381,6 +382,8 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 	}
 	vad := newEnergyVAD(s.cfg.VADThreshold)
 	var barge *energyVAD
+	wasRising, holdOpen := false, false
+	preRoll := max(0, realtime.MinChunkSamples-durationToSamples(s.cfg.BargeIn.MinSpeech))
 	if *s.cfg.BargeIn.Enabled {
 		barge = newBargeInVAD(s.cfg.BargeIn)
 	}
@@ -390,8 +393,13 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 	var frames [][]byte
 	nextFrameAt := framesEvery
 	for {
-		// Never read past the chunk boundary: every chunk holds exactly chunkSamples.
-		n, err := s.audio.Read(ctx, block[:min(captureBlock, chunkSamples-len(cur))])
+		// Never read past the chunk boundary: every chunk holds exactly chunkSamples, except
+		// one held open while speech may be starting (below).
+		want := chunkSamples - len(cur)
+		if want <= 0 {
+			want = captureBlock
+		}
+		n, err := s.audio.Read(ctx, block[:min(captureBlock, want)])
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -415,7 +423,21 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		if barge != nil {
 			// The user talks over the model's speech: stop it (the signal is echo-cancelled
 			// upstream, so the model's own voice does not count).
-			if speaking, changed := barge.process(got); changed && speaking && s.active.Load() != nil && s.speaker.Pending() > 0 {
+			playing := s.active.Load() != nil && s.speaker.Pending() > 0
+			speaking, changed := barge.process(got)
+			rising := barge.v.Rising()
+			// Speech may be starting: end the chunk just before it (keeping preRoll of the
+			// audio before the onset for the next chunk), so that when the minimum speech
+			// confirms it the chunk holding the onset is about as long as a server accepts and
+			// carries force_listen at once, instead of after whatever the chunk held before.
+			if rising && !wasRising && playing && len(cur) >= realtime.MinChunkSamples {
+				at := max(realtime.MinChunkSamples, len(cur)-preRoll)
+				seq = s.queueChunk(seq, slices.Clip(cur[:at]), frames, false, framesEvery)
+				cur, frames, nextFrameAt = append(make([]float32, 0, chunkSamples), cur[at:]...), nil, framesEvery
+			}
+			wasRising = rising
+			holdOpen = rising && playing
+			if changed && speaking && playing {
 				s.log.Info("agent: barge-in: the user speaks over the reply")
 				s.bus.publish(Lifecycle{Kind: "barge_in", At: s.now()})
 				s.Interrupt()
@@ -430,7 +452,10 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 			}
 			nextFrameAt += framesEvery
 		}
-		cut := len(cur) >= chunkSamples
+		// While speech may be starting over the model's speech, the chunk holding its onset
+		// stays open (for at most the minimum speech) so that it, not a chunk begun after the
+		// onset, carries the force_listen.
+		cut := len(cur) >= chunkSamples && !holdOpen
 		force := false
 		if s.interrupt.Load() && len(cur) >= realtime.MinChunkSamples {
 			cut, force = true, true
@@ -439,21 +464,28 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		if !cut {
 			continue
 		}
-		seq++
-		c := chunk{seq: seq, audio: cur, frames: frames, forceListen: force, captured: s.now()}
-		if len(c.frames) == 0 && framesEvery > 0 && s.cameraOn.Load() {
-			if f, ok := s.frames.Latest(); ok { // interrupt cut before the first frame point
-				c.frames = [][]byte{f}
-			}
-		}
-		if dropped := s.backlog.push(c); dropped > 0 {
-			s.bus.publish(Lifecycle{Kind: "audio_dropped", At: s.now(),
-				Reason: fmt.Sprintf("link behind: dropped %d oldest chunk(s)", dropped)})
-		}
+		seq = s.queueChunk(seq, cur, frames, force, framesEvery)
 		cur = make([]float32, 0, chunkSamples)
 		frames = nil
 		nextFrameAt = framesEvery
 	}
+}
+
+// queueChunk puts the captured audio (and frames) on the backlog as chunk seq+1 and returns
+// the new sequence number.
+func (s *Supervisor) queueChunk(seq uint64, cur []float32, frames [][]byte, force bool, framesEvery int) uint64 {
+	seq++
+	c := chunk{seq: seq, audio: cur, frames: frames, forceListen: force, captured: s.now()}
+	if len(c.frames) == 0 && framesEvery > 0 && s.cameraOn.Load() {
+		if f, ok := s.frames.Latest(); ok { // interrupt cut before the first frame point
+			c.frames = [][]byte{f}
+		}
+	}
+	if dropped := s.backlog.push(c); dropped > 0 {
+		s.bus.publish(Lifecycle{Kind: "audio_dropped", At: s.now(),
+			Reason: fmt.Sprintf("link behind: dropped %d oldest chunk(s)", dropped)})
+	}
+	return seq
 }
 
 // sendLoop feeds the active session with queued chunks, oldest first, at the pace they are

@@ -12,6 +12,8 @@ type EnergyVAD struct {
 	release    int     // frames of silence needed to switch off
 	speaking   bool
 	run        int // consecutive frames disagreeing with the current state
+	gap        int // quiet frames in the current attack
+	attackGap  int // quiet frames the attack bridges (SetAttackGap)
 	pos        int
 	sumSquares float64
 }
@@ -31,6 +33,16 @@ func NewEnergyVAD(rate int, thresholdDBFS float64, minSpeechMS, hangoverMS int) 
 	}
 }
 
+// SetAttackGap lets up to frames quiet analysis frames (20 ms each) in a row pause the
+// attack instead of restarting it: the closure of a stop consonant ("stop", "wait") is silent
+// for 40-80 ms, and without this, speech that begins with one confirms only after it.
+func (v *EnergyVAD) SetAttackGap(frames int) { v.attackGap = max(0, frames) }
+
+// Rising reports whether speech may be starting: the detector is not speaking, but the last
+// frame was loud (the attack has begun and may yet confirm it). A caller that must act quickly
+// on speech can prepare for it here, before the minimum duration has passed.
+func (v *EnergyVAD) Rising() bool { return !v.speaking && v.run > 0 }
+
 // Speaking reports the current decision.
 func (v *EnergyVAD) Speaking() bool { return v.speaking }
 
@@ -45,6 +57,11 @@ func (v *EnergyVAD) Process(samples []float32) (speaking, changed bool) {
 		}
 		loud := math.Sqrt(v.sumSquares/float64(v.frame)) >= v.threshold
 		v.pos, v.sumSquares = 0, 0
+		if !v.speaking && !loud && v.run > 0 && v.gap < v.attackGap {
+			v.gap++ // a short pause in rising speech (a stop consonant) keeps the attack going
+			continue
+		}
+		v.gap = 0
 		if loud == v.speaking {
 			v.run = 0
 			continue

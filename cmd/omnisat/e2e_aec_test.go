@@ -149,9 +149,9 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 	}
 
 	t.Run("aec", func(t *testing.T) {
-		// 64 s of the model talking: the story over and over.
+		// 72 s of the model talking (the user interrupts after 60 s): the story over and over.
 		var reply []float32
-		for len(reply) < 64*24000 {
+		for len(reply) < 72*24000 {
 			reply = append(reply, story...)
 			reply = append(reply, make([]float32, 24000/4)...)
 		}
@@ -188,6 +188,12 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 				converged = i - echoAt
 			}
 		}
+		var windows []float64 // ERLE per 5 s after learning: where it degrades, if it does
+		for i := echoAt + 2*e2eRate; i+5*e2eRate <= userOn; i += 5 * e2eRate {
+			h, u := heardUp(i, i+5*e2eRate)
+			windows = append(windows, math.Round((levelDB(h)-levelDB(u))*10)/10)
+		}
+		t.Logf("ERLE per 5 s from 2 s on: %v dB", windows)
 		h, u := heardUp(echoAt+2*e2eRate, userOn-e2eRate/10)
 		erle := levelDB(h) - levelDB(u)
 		t.Logf("echo at the microphone %.1f dBFS; sent to the server after 2 s %.1f dBFS: ERLE %.1f dB over %.1f s; "+
@@ -203,12 +209,17 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 		// Barge-in: none on the echo alone; then one, soon after the user starts.
 		pos, flEnd := 0, -1
 		var flAt time.Time
+		var around []int // the sizes of the chunks up to the force_listen one
 		for _, a := range sc.session.Appends {
 			pos += a.Samples
+			if flEnd < 0 {
+				around = append(around[max(0, len(around)-2):], a.Samples)
+			}
 			if a.ForceListen && flEnd < 0 {
 				flEnd, flAt = pos, a.At
 			}
 		}
+		t.Logf("chunks up to the force_listen one: %v samples, ending %d samples after the onset", around, flEnd-(userOn+sc.shift))
 		userOnUp := userOn + sc.shift
 		switch {
 		case flEnd < 0:
@@ -217,6 +228,11 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 			t.Fatalf("barge-in on echo alone: force_listen at %.2f s of the upstream audio, the user spoke at %.2f s",
 				float64(flEnd)/e2eRate, float64(userOnUp)/e2eRate)
 		}
+		var levels []float64 // what the barge-in detector had to go on: 20 ms levels upstream from the onset
+		for i := userOnUp; i+e2eRate/50 <= min(len(sc.up), userOnUp+e2eRate/2); i += e2eRate / 50 {
+			levels = append(levels, math.Round(levelDB(sc.up[i:i+e2eRate/50])))
+		}
+		t.Logf("upstream level per 20 ms from the user's onset: %v dBFS", levels)
 		bargeIn := time.Duration(float64(flEnd-userOnUp) / e2eRate * float64(time.Second))
 		// The speaker: silent from when, against the force_listen chunk's arrival.
 		from := int(flAt.Add(-time.Second).Sub(sc.spkT0).Seconds() * recordRate)

@@ -203,6 +203,7 @@ type cleaner struct {
 	hangover int64
 	loudTill int64 // capture index until which the speaker counts as playing (mute)
 	learned  int64 // capture samples of speaker sound the canceller has learnt from
+	drift    drift
 	stats    CleanStats
 }
 
@@ -286,6 +287,9 @@ func (c *cleaner) frameDone(dst []float32, micBase float64, micTimed bool) []flo
 	if c.proc != nil {
 		c.proc.Process(frame, frame, c.ref) // cannot fail: the sizes are the processor's
 	}
+	if c.cfg.Echo == EchoAEC && c.learned >= int64(learnTime.Seconds()*float64(c.micRate)) {
+		c.drift.follow(c.proc, c.align, int64(c.frame), c.micRate)
+	}
 	// Until the canceller has heard learnTime of the speaker it has not converged: the echo
 	// would pass nearly whole (and start a barge-in), so it is muted meanwhile, as in mute mode.
 	if c.cfg.Echo == EchoAEC && c.learned < int64(learnTime.Seconds()*float64(c.micRate)) {
@@ -299,6 +303,48 @@ func (c *cleaner) frameDone(dst []float32, micBase float64, micTimed bool) []flo
 		}
 	}
 	return dst
+}
+
+// drift keeps the echo where the canceller learnt it. When the echo slides against the
+// reference (the speaker's and microphone's clocks differ, or a resampler in the path adapts
+// its rate) by even 25 ppm, the canceller keeps chasing a moving echo path and its ERLE stays
+// near 15 dB; so every driftPeriod the peak of its echo path estimate is compared with where it
+// was at the start, and the reference is slid along by a fraction of the difference, spread
+// over the next period, which matches its rate to the echo's.
+type drift struct {
+	since  int64   // capture samples since the last look
+	origin float64 // where the echo path peaked first (after learning, a slip or a jump)
+	last   float64 // where it peaked at the last look
+	slips  int64   // the aligner's slips at origin
+	have   bool
+}
+
+const (
+	driftPeriod = 500 * time.Millisecond
+	driftGain   = 0.2
+	// driftMax is the fastest the reference slides (parts per million): faster is no drift.
+	driftMax = 500e-6
+)
+
+func (d *drift) follow(proc *aec.Processor, a *echoAligner, frame int64, rate int) {
+	period := int64(driftPeriod.Seconds() * float64(rate))
+	if d.since += frame; d.since < period {
+		return
+	}
+	d.since = 0
+	peakAt, ok := proc.EchoDelay()
+	if !ok {
+		return
+	}
+	// A peak that jumped (the canceller re-learning after a slip or a change in the room)
+	// is a new origin, not drift: drift moves it by well under a sample per look.
+	if !d.have || d.slips != a.slips || math.Abs(peakAt-d.last) > float64(rate)/1000 {
+		d.origin, d.last, d.slips, d.have = peakAt, peakAt, a.slips, true
+		a.shiftRate = 0
+		return
+	}
+	d.last = peakAt
+	a.shiftRate = math.Max(-driftMax, math.Min(driftMax, driftGain*(peakAt-d.origin)/float64(period)))
 }
 
 func peak(s []float32) float32 {
@@ -344,8 +390,11 @@ type echoAligner struct {
 	next    int64 // capture-rate reference index that pending[0] stands for
 	pos     int64 // next speaker-rate index to read
 	raw     []float32
-	pending []float32
+	pending []float32 // the reference stream from index next−margin on
 	slips   int64
+	// shift is how many capture samples the reference is held back by beyond the timing, and
+	// shiftRate how fast it changes: the echo drifting against the reference (see drift).
+	shift, shiftRate float64
 }
 
 // fetch fills dst with the reference for capture samples [k, k+len(dst)); false when there is
@@ -372,15 +421,20 @@ func (a *echoAligner) fetch(dst []float32, k int64, micBase float64, micTimed bo
 	if !a.synced || abs64(want-a.next) > a.tolerance {
 		a.synced = true
 		a.slips++
+		margin := a.micRate / 50
 		a.next = want
-		a.pos = int64(math.Round(float64(want) / ratio))
-		a.pending = a.pending[:0]
+		a.pos = int64(math.Round(float64(want+int64(margin)) / ratio))
+		// pending starts margin samples before next (silence at first), so the drift
+		// correction can reach that far either way.
+		a.pending = append(a.pending[:0], make([]float32, 2*margin)...)
+		a.shift, a.shiftRate = 0, 0
 		if a.rs != nil {
 			a.rs.Reset()
 		}
 	}
-	for len(a.pending) < len(dst) {
-		need := len(dst) - len(a.pending)
+	margin := a.micRate / 50
+	for len(a.pending) < len(dst)+2*margin {
+		need := len(dst) + 2*margin - len(a.pending)
 		chunk := need
 		if a.rs != nil {
 			chunk = int(float64(need)/ratio) + 1
@@ -397,7 +451,17 @@ func (a *echoAligner) fetch(dst []float32, k int64, micBase float64, micTimed bo
 			a.pending = append(a.pending, raw...)
 		}
 	}
-	copy(dst, a.pending)
+	// The reference for capture sample next+i is the stream at next+i−shift, between
+	// samples by linear interpolation; shift follows the drift a little every sample.
+	limit := float64(margin - 1)
+	for i := range dst {
+		sh := math.Max(-limit, math.Min(limit, a.shift+a.shiftRate*float64(i)))
+		x := float64(margin+i) - sh
+		j := int(math.Floor(x))
+		f := float32(x - float64(j))
+		dst[i] = (1-f)*a.pending[j] + f*a.pending[j+1]
+	}
+	a.shift = math.Max(-limit, math.Min(limit, a.shift+a.shiftRate*float64(len(dst))))
 	a.pending = append(a.pending[:0], a.pending[len(dst):]...)
 	a.next += int64(len(dst))
 	return true

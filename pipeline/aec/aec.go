@@ -28,6 +28,14 @@ static int pp_set_echo(SpeexPreprocessState *st, SpeexEchoState *echo) {
 static int echo_set_rate(SpeexEchoState *st, int rate) {
 	return speex_echo_ctl(st, SPEEX_ECHO_SET_SAMPLING_RATE, &rate);
 }
+static int echo_ir_size(SpeexEchoState *st) {
+	int n = 0;
+	speex_echo_ctl(st, SPEEX_ECHO_GET_IMPULSE_RESPONSE_SIZE, &n);
+	return n;
+}
+static void echo_ir(SpeexEchoState *st, spx_int32_t *ir) {
+	speex_echo_ctl(st, SPEEX_ECHO_GET_IMPULSE_RESPONSE, ir);
+}
 */
 import "C"
 
@@ -121,6 +129,8 @@ type Processor struct {
 	// cgo's pointer checks, and Go views them through unsafe.Slice.
 	cbuf          unsafe.Pointer
 	mic, ref, out []int16
+	irBuf         unsafe.Pointer // the echo path estimate, for EchoDelay
+	ir            []int32
 }
 
 // ErrClosed is returned by Process after Close.
@@ -206,6 +216,43 @@ func (p *Processor) Process(out, mic, ref []float32) error {
 	return nil
 }
 
+// EchoDelay is where the canceller's estimate of the echo path peaks, in samples (with a
+// fraction, interpolated) after the reference; ok is false without echo cancellation. Followed
+// over time it shows the echo drifting against the reference (two clocks, or a resampler in
+// the path), which the canceller itself only chases and never catches.
+func (p *Processor) EchoDelay() (samples float64, ok bool) {
+	if p.echo == nil {
+		return 0, false
+	}
+	if p.irBuf == nil {
+		n := int(C.echo_ir_size(p.echo))
+		if n <= 2 {
+			return 0, false
+		}
+		p.irBuf = C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.spx_int32_t(0))))
+		if p.irBuf == nil {
+			return 0, false
+		}
+		p.ir = unsafe.Slice((*int32)(p.irBuf), n)
+	}
+	C.echo_ir(p.echo, (*C.spx_int32_t)(p.irBuf))
+	best := 1
+	for i := 1; i < len(p.ir)-1; i++ {
+		if abs32(p.ir[i]) > abs32(p.ir[best]) {
+			best = i
+		}
+	}
+	// A parabola through the peak and its neighbours places it between samples.
+	l, c, r := float64(abs32(p.ir[best-1])), float64(abs32(p.ir[best])), float64(abs32(p.ir[best+1]))
+	frac := 0.0
+	if d := l - 2*c + r; d != 0 {
+		frac = math.Max(-0.5, math.Min(0.5, 0.5*(l-r)/d))
+	}
+	return float64(best) + frac, c > 0
+}
+
+func abs32(v int32) int64 { return max(int64(v), -int64(v)) }
+
 // Reset forgets what the canceller learnt (after the echo path changed beyond repair, e.g.
 // a device was re-opened).
 func (p *Processor) Reset() {
@@ -223,6 +270,10 @@ func (p *Processor) Close() {
 	if p.echo != nil {
 		C.speex_echo_state_destroy(p.echo)
 		p.echo = nil
+	}
+	if p.irBuf != nil {
+		C.free(p.irBuf)
+		p.irBuf, p.ir = nil, nil
 	}
 	if p.cbuf != nil {
 		C.free(p.cbuf)

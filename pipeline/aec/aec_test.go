@@ -223,3 +223,28 @@ func BenchmarkProcess(b *testing.B) {
 		})
 	}
 }
+
+// TestEchoDelay: after learning a room, the canceller's echo path estimate peaks at the
+// room's bulk delay (the room's direct path is its largest tap).
+func TestEchoDelay(t *testing.T) {
+	const rate = 16000
+	far := speechLike(rate, 4*time.Second, 3)
+	mic := convolve(far, room(rate, 30*time.Millisecond, 0.5, 3))
+	p, err := New(Config{Rate: rate, EchoCancel: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	run(t, p, mic, far)
+	got, ok := p.EchoDelay()
+	want := 30e-3 * rate
+	t.Logf("echo path peaks at %.2f samples, the room's delay is %.0f", got, want)
+	if !ok || math.Abs(got-want) > 1 {
+		t.Errorf("EchoDelay = %.2f, %v; want %.0f ± 1", got, ok, want)
+	}
+	q, _ := New(Config{Rate: rate})
+	defer q.Close()
+	if _, ok := q.EchoDelay(); ok {
+		t.Error("EchoDelay without echo cancellation reports a delay")
+	}
+}
