@@ -31,6 +31,17 @@ echo "== fuzz ($fuzztime per target)"
 for pkg in $(go list ./...); do
 	for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
 		echo "-- $pkg $target"
-		go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1s "$pkg"
+		if ! out=$(go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1s "$pkg" 2>&1); then
+			echo "$out"
+			# Go 1.26's fuzz coordinator can fail a target with a bare "context deadline exceeded"
+			# as -fuzztime runs out (golang/go#75804, fixed in Go 1.27). A real failure always
+			# writes its input ("Failing input written"): only that one fails the suite.
+			if grep -q 'Failing input written\|panic:' <<<"$out" || ! grep -q 'context deadline exceeded' <<<"$out"; then
+				exit 1
+			fi
+			echo "(ignored: the fuzz-time deadline race of Go's coordinator, no failing input)"
+		else
+			echo "$out" | tail -n 3
+		fi
 	done
 done
