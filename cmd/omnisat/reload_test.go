@@ -126,6 +126,12 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if st := status(t, sock); st.Volume != 40 {
 		t.Errorf("volume after the restart: %d", st.Volume)
 	}
+
+	// 5. log.format restarts the agent with the new format.
+	write("Second prompt.", "40", "500ms", mqttPart("kiosk/b", "1s")+"log:\n  format: json\n")
+	hup()
+	waitFor(t, 20*time.Second, func() bool { return strings.Contains(logs.String(), `"msg":"`) })
+	waitState(t, sock, agent.StateListening, 10*time.Second)
 	t.Logf("reloads: refused, live (volume/stats/instructions), MQTT only, full restart; %d sessions in all", len(sim.Sessions()))
 }
 

@@ -121,10 +121,10 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 			if plan.restartAll {
 				inst.sup.Announce("config_reloaded", "restarting for "+strings.Join(plan.restart, ", "))
 				inst.stop()
+				log = newLogger(env.stderr, next.Log, level, env.journal) // log.format may have changed
 				if inst, code, err = startInstance(ctx, next, env, log); err != nil {
 					return fail(code, "after reload: %v", err)
 				}
-				level.Set(logLevel(next.Log.Level))
 				continue
 			}
 			inst.apply(ctx, plan, next, level)
@@ -146,7 +146,6 @@ func useSimulator(cfg *fileConfig, sim *realtimetest.Server) {
 // it and starts another.
 type instance struct {
 	cfg    *fileConfig
-	env    *cliEnv
 	log    *slog.Logger
 	parts  *parts
 	sup    *agent.Supervisor
@@ -155,7 +154,6 @@ type instance struct {
 	runErr error
 	runs   sync.WaitGroup
 	bridge *bridgeRun
-	ctl    *control.Server
 	unsub  func()
 }
 
@@ -168,7 +166,7 @@ type bridgeRun struct {
 
 func startInstance(parent context.Context, cfg *fileConfig, env *cliEnv, log *slog.Logger) (*instance, int, error) {
 	ctx, cancel := context.WithCancel(parent)
-	in := &instance{cfg: cfg, env: env, log: log, cancel: cancel, done: make(chan struct{})}
+	in := &instance{cfg: cfg, log: log, cancel: cancel, done: make(chan struct{})}
 	report := &deviceReporter{}
 	parts, err := buildParts(ctx, cfg, report, log)
 	if err != nil {
@@ -201,7 +199,6 @@ func startInstance(parent context.Context, cfg *fileConfig, env *cliEnv, log *sl
 		parts.close()
 		return nil, exitFailure, err
 	}
-	in.ctl = ctl
 	in.runs.Add(1)
 	go func() { defer in.runs.Done(); ctl.Serve(ctx) }()
 
