@@ -198,11 +198,12 @@ type cleaner struct {
 
 	acc      []float32 // mono capture not yet a whole frame
 	accStart int64     // capture index of acc[0]
-	ref, out []float32
+	ref      []float32
 
 	hangover int64
 	loudTill int64 // capture index until which the speaker counts as playing (mute)
 	learned  int64 // capture samples of speaker sound the canceller has learnt from
+	learnFor int64 // learnTime in capture samples
 	drift    drift
 	stats    CleanStats
 }
@@ -236,9 +237,9 @@ func newCleaner(cfg CleanConfig, micRate int) (*cleaner, error) {
 			delay: int64((cfg.Delay - alignLead).Seconds() * float64(micRate)), tolerance: int64(alignTolerance.Seconds() * float64(micRate))}
 	}
 	c.hangover = int64(cfg.MuteHangover.Seconds() * float64(micRate))
+	c.learnFor = int64(learnTime.Seconds() * float64(micRate))
 	c.acc = make([]float32, 0, c.frame)
 	c.ref = make([]float32, c.frame)
-	c.out = make([]float32, 0, readChunk+c.frame)
 	return c, nil
 }
 
@@ -274,35 +275,40 @@ func (c *cleaner) frameDone(dst []float32, micBase float64, micTimed bool) []flo
 		}
 	}
 	loud := c.align != nil && peak(c.ref) > 1e-4 // -80 dBFS: anything audible
-	if c.cfg.Echo == EchoMute {
-		if loud {
-			c.loudTill = c.accStart + int64(c.frame) + c.hangover
-		}
-		if c.accStart < c.loudTill {
-			c.stats.MutedFrames++
-			clear(frame)
-			return dst
-		}
+	if c.cfg.Echo == EchoMute && c.muteWhileLoud(frame, loud) {
+		return dst
 	}
 	if c.proc != nil {
 		c.proc.Process(frame, frame, c.ref) // cannot fail: the sizes are the processor's
 	}
-	if c.cfg.Echo == EchoAEC && c.learned >= int64(learnTime.Seconds()*float64(c.micRate)) {
-		c.drift.follow(c.proc, c.align, int64(c.frame), c.micRate)
-	}
-	// Until the canceller has heard learnTime of the speaker it has not converged: the echo
-	// would pass nearly whole (and start a barge-in), so it is muted meanwhile, as in mute mode.
-	if c.cfg.Echo == EchoAEC && c.learned < int64(learnTime.Seconds()*float64(c.micRate)) {
-		if loud {
-			c.learned += int64(c.frame)
-			c.loudTill = c.accStart + int64(c.frame) + c.hangover
-		}
-		if c.accStart < c.loudTill {
-			c.stats.MutedFrames++
-			clear(frame)
+	if c.cfg.Echo == EchoAEC {
+		if c.learned >= c.learnFor {
+			c.drift.follow(c.proc, c.align, int64(c.frame), c.micRate)
+		} else {
+			// Until the canceller has heard learnTime of the speaker it has not converged: the
+			// echo would pass nearly whole (and start a barge-in), so it is muted meanwhile, as
+			// in mute mode.
+			if loud {
+				c.learned += int64(c.frame)
+			}
+			c.muteWhileLoud(frame, loud)
 		}
 	}
 	return dst
+}
+
+// muteWhileLoud silences the frame while the speaker is audible and for the hang-over after;
+// it reports whether it did.
+func (c *cleaner) muteWhileLoud(frame []float32, loud bool) bool {
+	if loud {
+		c.loudTill = c.accStart + int64(c.frame) + c.hangover
+	}
+	if c.accStart >= c.loudTill {
+		return false
+	}
+	c.stats.MutedFrames++
+	clear(frame)
+	return true
 }
 
 // drift keeps the echo where the canceller learnt it. When the echo slides against the

@@ -434,14 +434,9 @@ func (r *ring) mark(at float64, rate int) {
 	r.mu.Unlock()
 }
 
-// read moves up to len(dst) samples (whole frames) into dst and returns how many.
-func (r *ring) read(dst []float32) int {
-	n, _, _, _ := r.readFrom(dst)
-	return n
-}
-
-// readFrom is read that also returns the capture index of the first frame moved and the
-// capture timing (index at clock time 0; timed is false while there is none).
+// readFrom moves up to len(dst) samples (whole frames) into dst and returns how many, the
+// capture index of the first frame moved and the capture timing (index at clock time 0; timed
+// is false while there is none).
 func (r *ring) readFrom(dst []float32) (n int, start int64, base float64, timed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -377,8 +377,9 @@ func Keys(t reflect.Type) []string {
 		for t.Kind() == reflect.Pointer {
 			t = t.Elem()
 		}
-		for _, k := range sortedKeys(structFields(t)) {
-			ft := structFields(t)[k]
+		fields := structFields(t)
+		for _, k := range sortedKeys(fields) {
+			ft := fields[k]
 			for ft.Kind() == reflect.Pointer {
 				ft = ft.Elem()
 			}
