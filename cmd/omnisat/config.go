@@ -58,15 +58,10 @@ type loadOptions struct {
 	getenv func(string) string
 }
 
-// loadConfig reads and checks a configuration file. Unknown keys are errors. Relative file paths
-// in it are taken from the file's folder. With simulator, server.url may be empty.
-func loadConfig(path string, simulator bool) (*fileConfig, error) {
-	return loadConfigOpts(path, loadOptions{simulator: simulator})
-}
-
-// loadConfigOpts reads, expands, decodes, completes and checks a configuration file. The error
-// joins every problem found (yamlconf.Problems splits them), each naming its key path.
-func loadConfigOpts(path string, o loadOptions) (*fileConfig, error) {
+// loadConfig reads, expands, decodes, completes and checks a configuration file. Unknown
+// keys are errors; relative file paths in it are taken from the file's folder. The error joins
+// every problem found (yamlconf.Problems splits them), each naming its key path.
+func loadConfig(path string, o loadOptions) (*fileConfig, error) {
 	if o.getenv == nil {
 		o.getenv = os.Getenv
 	}

@@ -89,7 +89,7 @@ func TestConfigExampleCoversEveryKey(t *testing.T) {
 // Three lines are a working configuration; everything else has its default.
 func TestConfigMinimal(t *testing.T) {
 	path := writeConfig(t, "server:\n  url: wss://gw.example/v1/realtime\n  mode: audio\n  instructions: Be brief.\n", 0o600)
-	c, err := loadConfigOpts(path, loadOptions{getenv: envOf(nil)})
+	c, err := loadConfig(path, loadOptions{getenv: envOf(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestConfigProblems(t *testing.T) {
 		{"server: [\n", `not valid YAML`},
 	} {
 		path := writeConfig(t, tt.yaml, 0o600)
-		_, err := loadConfigOpts(path, loadOptions{getenv: envOf(nil)})
+		_, err := loadConfig(path, loadOptions{getenv: envOf(nil)})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q:\n got %v\nwant %q", tt.yaml, err, tt.want)
 		}
@@ -190,7 +190,7 @@ func TestConfigSecrets(t *testing.T) {
 	env := envOf(map[string]string{"TOKEN": "env-token", "PASS": "env-pass", "HOST": "broker.lan"})
 
 	path := writeConfig(t, "server:\n  url: ws://gw/v1/realtime\n  token: ${TOKEN}\nmqtt:\n  broker: tcp://${HOST}:1883\n  password: ${PASS}\n", 0o644)
-	c, err := loadConfigOpts(path, loadOptions{getenv: env})
+	c, err := loadConfig(path, loadOptions{getenv: env})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestConfigSecrets(t *testing.T) {
 	}
 
 	path = writeConfig(t, "server:\n  url: ws://gw/v1/realtime\n  token_file: "+tokenFile+"\nmqtt:\n  broker: tcp://h:1883\n  password_file: "+passFile+"\n", 0o644)
-	c, err = loadConfigOpts(path, loadOptions{getenv: env})
+	c, err = loadConfig(path, loadOptions{getenv: env})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestConfigSecrets(t *testing.T) {
 	}
 
 	literal := "server:\n  url: ws://gw/v1/realtime\n  token: s3cret\nmqtt:\n  broker: tcp://h:1883\n  password: hunter2\n"
-	c, err = loadConfigOpts(writeConfig(t, literal, 0o644), loadOptions{getenv: env})
+	c, err = loadConfig(writeConfig(t, literal, 0o644), loadOptions{getenv: env})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,12 +222,12 @@ func TestConfigSecrets(t *testing.T) {
 	if code != exitOK || !strings.Contains(stderr, "warning: ") || strings.Contains(stderr, "s3cret") {
 		t.Fatalf("config check: exit %d %s", code, stderr)
 	}
-	c, err = loadConfigOpts(writeConfig(t, literal, 0o640), loadOptions{getenv: env})
+	c, err = loadConfig(writeConfig(t, literal, 0o640), loadOptions{getenv: env})
 	if err != nil || len(c.warnings) != 0 {
 		t.Fatalf("mode 0640: %v %q", err, c.warnings)
 	}
 	// ${VAR:-default}, and $${ for a literal.
-	c, err = loadConfigOpts(writeConfig(t, "server:\n  url: ${URL:-ws://fallback/v1/realtime}\n  instructions: costs $${PRICE}\n", 0o600), loadOptions{getenv: env})
+	c, err = loadConfig(writeConfig(t, "server:\n  url: ${URL:-ws://fallback/v1/realtime}\n  instructions: costs $${PRICE}\n", 0o600), loadOptions{getenv: env})
 	if err != nil || c.Server.URL != "ws://fallback/v1/realtime" || c.Server.Instructions != "costs ${PRICE}" {
 		t.Fatalf("fallback: %v %q %q", err, c.Server.URL, c.Server.Instructions)
 	}
@@ -241,7 +241,7 @@ func TestPlanReload(t *testing.T) {
 	base := "server:\n  url: ws://gw/v1/realtime\nmqtt:\n  broker: tcp://h:1883\n"
 	load := func(extra string) *fileConfig {
 		t.Helper()
-		c, err := loadConfigOpts(writeConfig(t, base+extra, 0o600), loadOptions{getenv: envOf(nil)})
+		c, err := loadConfig(writeConfig(t, base+extra, 0o600), loadOptions{getenv: envOf(nil)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +268,7 @@ func TestPlanReload(t *testing.T) {
 		if strings.HasPrefix(tt.extra, "mqtt:") {
 			text = strings.Replace(base, "mqtt:\n", tt.extra, 1)
 		}
-		c, err := loadConfigOpts(writeConfig(t, text, 0o600), loadOptions{getenv: envOf(nil)})
+		c, err := loadConfig(writeConfig(t, text, 0o600), loadOptions{getenv: envOf(nil)})
 		if err != nil {
 			t.Fatal(err)
 		}

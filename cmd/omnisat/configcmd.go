@@ -43,7 +43,7 @@ func runConfigCheck(env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "omnisat config check: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	cfg, err := loadConfigOpts(*path, loadOptions{getenv: env.getenv})
+	cfg, err := loadConfig(*path, loadOptions{getenv: env.getenv})
 	if err != nil {
 		var ce *configError
 		if !errors.As(err, &ce) {

@@ -21,7 +21,7 @@ func runMQTT(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintln(env.stderr, "omnisat mqtt: want remove-discovery (publishes the empty retained Home Assistant config, which removes this device's entities)")
 		return exitUsage
 	}
-	cfg, err := loadConfig(*path, true)
+	cfg, err := loadConfig(*path, loadOptions{simulator: true, getenv: env.getenv})
 	if err != nil {
 		fmt.Fprintf(env.stderr, "omnisat mqtt: %v\n", err)
 		return exitConfig

@@ -45,7 +45,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		return code
 	}
 	load := func() (*fileConfig, error) {
-		cfg, err := loadConfigOpts(*path, loadOptions{simulator: *simulator, stateDir: *stateDir, getenv: env.getenv})
+		cfg, err := loadConfig(*path, loadOptions{simulator: *simulator, stateDir: *stateDir, getenv: env.getenv})
 		if err == nil && *logFormat != "" {
 			cfg.Log.Format = *logFormat
 		}

@@ -171,7 +171,7 @@ func serviceStatus(ctx context.Context, env *cliEnv, config, socket string) int 
 	fmt.Fprintf(env.stdout, "service: %s\n", unitState(config))
 	if socket == "" {
 		socket = control.DefaultSocket
-		if cfg, err := loadConfig(config, true); err != nil {
+		if cfg, err := loadConfig(config, loadOptions{simulator: true, getenv: env.getenv}); err != nil {
 			fmt.Fprintf(env.stdout, "config:  %v\n", err)
 		} else {
 			socket = cfg.socketPath()
