@@ -629,8 +629,8 @@ func TestAskAndSay(t *testing.T) {
 	if a := ev.(agent.Answer); a.ID != "s1" || a.Error != "" {
 		t.Fatalf("say %+v", a)
 	}
-	// The speech is either still queued or already played (and recorded).
-	if rec := h.speaker.Recording(); h.speaker.Pending() == 0 && (len(rec) == 0 || slices.Max(rec) < 0.1) {
+	// The speech is either still queued or already played.
+	if h.speaker.Pending() == 0 && h.speaker.Stats().Peak < 0.1 {
 		t.Fatal("say produced no audio on the speaker")
 	}
 	h.noRejections()
