@@ -62,6 +62,14 @@ static int omnisatPaCallback(const void *in, void *out, unsigned long frames,
 	return paContinue;
 }
 
+extern void omnisatStreamFinished(uintptr_t handle);
+
+// PortAudio calls this when the stream stops for any reason, from its own thread: the ALSA
+// host's callback thread runs it as it exits, also when it gave up on a failed device.
+static void omnisatPaFinished(void *user) {
+	omnisatStreamFinished((uintptr_t)user);
+}
+
 // omnisatOpen opens a float32 interleaved callback stream, input or output. The handle
 // travels as the callback's user data; it is an integer, converted to a pointer here in C.
 static PaError omnisatOpen(PaStream **s, int device, int channels, int input, double latency,
@@ -72,8 +80,15 @@ static PaError omnisatOpen(PaStream **s, int device, int channels, int input, do
 	p.sampleFormat = paFloat32;
 	p.suggestedLatency = latency;
 	p.hostApiSpecificStreamInfo = NULL;
-	return Pa_OpenStream(s, input ? &p : NULL, input ? NULL : &p, rate, framesPerBuffer,
+	PaError err = Pa_OpenStream(s, input ? &p : NULL, input ? NULL : &p, rate, framesPerBuffer,
 		paNoFlag, omnisatPaCallback, (void *)handle);
+	if (err == paNoError) {
+		err = Pa_SetStreamFinishedCallback(*s, omnisatPaFinished);
+		if (err != paNoError) {
+			Pa_CloseStream(*s);
+		}
+	}
+	return err;
 }
 
 static const char *omnisatHostError(void) {
@@ -269,8 +284,16 @@ type streamCallback func(in, out []float32, at float64)
 
 type callbackInfo struct {
 	fn       streamCallback
+	finished func() // the stream has stopped (nil: nothing to do)
 	channels int
 	input    bool
+}
+
+//export omnisatStreamFinished
+func omnisatStreamFinished(handle C.uintptr_t) {
+	if c := cgo.Handle(handle).Value().(*callbackInfo); c.finished != nil {
+		c.finished()
+	}
 }
 
 //export omnisatAudioCallback
@@ -288,9 +311,10 @@ func omnisatAudioCallback(handle C.uintptr_t, in, out *C.float, frames C.ulong, 
 	}
 }
 
-// paOpen opens and starts a stream on a device. Called under paDo.
-func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate, framesPerBuffer int, fn streamCallback) (*paStream, error) {
-	h := cgo.NewHandle(&callbackInfo{fn: fn, channels: channels, input: input})
+// paOpen opens and starts a stream on a device; finished (may be nil) runs when the stream
+// stops, on PortAudio's thread. Called under paDo.
+func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate, framesPerBuffer int, fn streamCallback, finished func()) (*paStream, error) {
+	h := cgo.NewHandle(&callbackInfo{fn: fn, finished: finished, channels: channels, input: input})
 	var s unsafe.Pointer // a *C.PaStream, which is a void*
 	code := C.omnisatOpen(&s, C.int(dev.index), C.int(channels), boolInt(input), C.double(latency.Seconds()),
 		C.double(rate), C.ulong(framesPerBuffer), C.uintptr_t(h))

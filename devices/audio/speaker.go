@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/omnisat/omnisat/devices"
 	"github.com/omnisat/omnisat/pipeline"
 )
 
@@ -77,9 +79,11 @@ type Speaker struct {
 	done   chan struct{}
 	once   sync.Once
 
-	// The lost-device drain, run by the supervisor only.
-	drainAt  time.Time
-	drainBuf []float32
+	// While the device is lost, the queue is consumed against the clock whenever it is looked
+	// at (drain, under drainMu), so nothing wakes up to play into the void.
+	lost    atomic.Bool
+	drainMu sync.Mutex
+	drain   *devices.PlaybackClock
 }
 
 // speakerChunk is the callback's mono scratch size in frames; bigger buffers are pulled in
@@ -98,9 +102,8 @@ func OpenSpeaker(ctx context.Context, cfg SpeakerConfig, onState func(ok bool, e
 	s := &Speaker{cfg: cfg}
 	s.link = newLink("speaker", "play", cfg.Device, log, onState)
 	s.link.open = s.openStream
-	s.link.lost = func(since time.Time, _ error) { s.drainAt = since }
-	s.link.back = func() {}
-	s.link.idle = s.drain
+	s.link.lost = s.setLost
+	s.link.back = s.setBack
 	if err := s.link.openStream(); err != nil {
 		paRelease()
 		return nil, fmt.Errorf("open speaker %q: %w", cfg.Device, err)
@@ -133,7 +136,7 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			s.cfg.Echo.attach(s.rate)
 		}
 		s.scratch = make([]float32, speakerChunk)
-		s.drainBuf = make([]float32, s.rate/10)
+		s.drain = devices.NewPlaybackClock(pb, time.Now())
 	}
 	lat := s.cfg.Latency
 	if lat == 0 {
@@ -160,9 +163,9 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 				return
 			}
 			fillOutput(pb, out, ch, scratch, echo, at)
-			link.frames.Add(int64(len(out) / ch))
+			link.moved(gen, len(out)/ch)
 		}
-		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb)
+		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb, func() { link.finished(gen) })
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -213,30 +216,54 @@ func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32,
 	clear(out[frames*ch:])
 }
 
-// drain consumes the queue at real-time pace while the device is lost (supervisor only).
-func (s *Speaker) drain(now time.Time) {
-	due := int(now.Sub(s.drainAt).Seconds() * float64(s.rate))
-	if due <= 0 {
+// setLost starts consuming the queue into the void from since, when the device last
+// delivered (supervisor).
+func (s *Speaker) setLost(since time.Time, _ error) {
+	s.drainMu.Lock()
+	s.drain.Restart(since)
+	s.lost.Store(true)
+	s.drainMu.Unlock()
+}
+
+// setBack hands the queue to the new stream (supervisor).
+func (s *Speaker) setBack() {
+	s.drainMu.Lock()
+	s.drain.CatchUp(time.Now(), nil)
+	s.lost.Store(false)
+	s.drainMu.Unlock()
+}
+
+// catchUp consumes what a lost device would have played by now.
+func (s *Speaker) catchUp() {
+	if !s.lost.Load() {
 		return
 	}
-	s.drainAt = s.drainAt.Add(time.Duration(float64(due) / float64(s.rate) * float64(time.Second)))
-	for due > 0 {
-		n := min(due, len(s.drainBuf))
-		s.pb.Pull(s.drainBuf[:n])
-		due -= n
+	s.drainMu.Lock()
+	if s.lost.Load() {
+		s.drain.CatchUp(time.Now(), nil)
 	}
+	s.drainMu.Unlock()
 }
 
 // Play queues 24 kHz mono samples (agent.Speaker); it does not wait for the device.
-func (s *Speaker) Play(samples []float32) { s.pb.Play(samples) }
+func (s *Speaker) Play(samples []float32) {
+	s.catchUp()
+	s.pb.Play(samples)
+}
 
 // FlushAfter drops queued audio beyond keep (agent.Speaker); FlushAfter(0) silences the
 // output within about one device buffer, with a 3 ms fade.
-func (s *Speaker) FlushAfter(keep time.Duration) { s.pb.FlushAfter(keep) }
+func (s *Speaker) FlushAfter(keep time.Duration) {
+	s.catchUp()
+	s.pb.FlushAfter(keep)
+}
 
 // Pending is the queued audio not yet handed to the device (agent.Speaker). The device's own
 // buffer (its output latency, ~35 ms on PulseAudio) is not included.
-func (s *Speaker) Pending() time.Duration { return s.pb.Pending() }
+func (s *Speaker) Pending() time.Duration {
+	s.catchUp()
+	return s.pb.Pending()
+}
 
 // SetVolume sets the volume live, 0..100 (clamped), ramped over 20 ms; see
 // pipeline.Playback.SetVolume for the curve.
@@ -247,7 +274,10 @@ func (s *Speaker) Volume() int { return s.pb.Volume() }
 
 // Position is how much queued audio has been handed to the device (or, while it was lost,
 // consumed in its place) since the speaker opened.
-func (s *Speaker) Position() time.Duration { return s.pb.Position() }
+func (s *Speaker) Position() time.Duration {
+	s.catchUp()
+	return s.pb.Position()
+}
 
 // Rate is the device rate in Hz.
 func (s *Speaker) Rate() int { return s.rate }
@@ -256,7 +286,10 @@ func (s *Speaker) Rate() int { return s.rate }
 func (s *Speaker) Name() string { return s.link.deviceName() }
 
 // Stats returns the playback queue's counters (in device-rate samples).
-func (s *Speaker) Stats() pipeline.PlaybackStats { return s.pb.Stats() }
+func (s *Speaker) Stats() pipeline.PlaybackStats {
+	s.catchUp()
+	return s.pb.Stats()
+}
 
 // Losses is how many times the device was lost.
 func (s *Speaker) Losses() int64 { return s.link.losses.Load() }
