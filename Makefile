@@ -12,9 +12,11 @@ all: build
 deps:
 	@scripts/deps.sh
 
-## build: the omnisat binary and the light omnisat-ctl client in bin/
+## build: omnisat, its camera program omnisat-camera (the only one with OpenCV; omnisat finds
+## it beside itself) and the light omnisat-ctl client in bin/
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/omnisat
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-camera ./cmd/omnisat-camera
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-ctl ./cmd/omnisat-ctl
 
 ## test: formatting, vet, all tests with -race, and a short fuzz run per decoder
