@@ -22,13 +22,13 @@ const (
 	closeTimeout = 5 * time.Second
 )
 
-// link supervises the stream of one device. The stream callback counts the frames it moves;
+// link supervises the stream of one device. The stream callback notes when it moves frames;
 // PortAudio says when the stream stops (its finished callback: the ALSA host stops the stream
 // when the device fails). The supervising goroutine sleeps until one of those, or until its
-// stall check (twice per stallTimeout) finds the count has not moved. When the device is lost
-// link reports it once, closes the stream, and reopens it with backoff (1 s doubling to 30 s)
-// until a new stream delivers, then reports the device back. A device that stops delivering is
-// lost whatever the reason, so the count decides where PortAudio says nothing.
+// stall check (twice per stallTimeout) finds nothing moved for stallTimeout. When the device is
+// lost link reports it once, closes the stream, and reopens it with backoff (1 s doubling to
+// 30 s) until a new stream delivers, then reports the device back. A device that stops
+// delivering is lost whatever the reason, so that decides where PortAudio says nothing.
 type link struct {
 	kind, verb string // "microphone"/"read", "speaker"/"play": for messages
 	spec       string // the device string from the configuration
@@ -45,7 +45,7 @@ type link struct {
 
 	startupGrace, stallTimeout time.Duration
 
-	frames    atomic.Int64  // frames moved by the callbacks
+	movedAt   atomic.Int64  // when the callbacks last moved frames (Unix ns)
 	gen       atomic.Int64  // the current stream's generation: older callbacks do nothing
 	delivered atomic.Int64  // the last generation whose stream has delivered
 	stopped   atomic.Int64  // the last generation whose stream PortAudio stopped
@@ -72,10 +72,10 @@ func newLink(kind, verb, spec string, log *slog.Logger, onState func(bool, error
 // current reports whether a callback of generation g may still touch the device's buffers.
 func (l *link) current(g int64) bool { return l.gen.Load() == g }
 
-// moved counts frames a callback of generation g moved (g is current); the first buffer of a
-// stream wakes the supervisor. It does not block or allocate.
-func (l *link) moved(g int64, frames int) {
-	l.frames.Add(int64(frames))
+// moved notes that a callback of generation g (the current one) moved frames; the first
+// buffer of a stream wakes the supervisor. It does not block or allocate.
+func (l *link) moved(g int64) {
+	l.movedAt.Store(time.Now().UnixNano())
 	if l.delivered.Load() != g {
 		l.delivered.Store(g)
 		l.wake()
@@ -142,6 +142,9 @@ func (l *link) closeStream() {
 	defer t.Stop()
 	select {
 	case <-done:
+		if s.lost > 0 { // an output's count includes the silence it started with
+			l.log.Info("audio: frames lost between the device and the pump", "device", l.kind, "frames", s.lost)
+		}
 	case <-t.C:
 		// Its goroutine ends if PortAudio ever returns; paClose keeps PortAudio initialised
 		// meanwhile, and other devices are not blocked by it.
@@ -184,28 +187,31 @@ func (l *link) watch(ctx context.Context) (time.Time, error) {
 	g := l.gen.Load()
 	check := time.NewTicker(l.stallTimeout / 2)
 	defer check.Stop()
-	last, lastAt, seen := l.frames.Load(), time.Now(), false
+	opened := time.Now()
+	// last is when the stream last delivered (its opening until it has).
+	last := func() time.Time {
+		if l.delivered.Load() != g {
+			return opened
+		}
+		return time.Unix(0, l.movedAt.Load())
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return lastAt, nil
+			return last(), nil
 		case <-l.kick:
 			if l.stopped.Load() == g {
-				return lastAt, fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
+				return last(), fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
 			}
 		case now := <-check.C:
 			if !l.streamActive() {
-				return lastAt, fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
+				return last(), fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
 			}
-			if f := l.frames.Load(); f != last {
-				last, lastAt, seen = f, now, true
-				continue
-			}
-			switch {
-			case !seen && now.Sub(lastAt) > l.startupGrace:
-				return lastAt, fmt.Errorf("%s %s %q: no audio within %v of starting the stream", l.verb, l.kind, l.name, l.startupGrace)
-			case seen && now.Sub(lastAt) >= l.stallTimeout:
-				return lastAt, fmt.Errorf("%s %s %q: no audio for %v: device unplugged or stalled", l.verb, l.kind, l.name, l.stallTimeout)
+			switch at := last(); {
+			case l.delivered.Load() != g && now.Sub(at) > l.startupGrace:
+				return at, fmt.Errorf("%s %s %q: no audio within %v of starting the stream", l.verb, l.kind, l.name, l.startupGrace)
+			case l.delivered.Load() == g && now.Sub(at) >= l.stallTimeout:
+				return at, fmt.Errorf("%s %s %q: no audio for %v: device unplugged or stalled", l.verb, l.kind, l.name, l.stallTimeout)
 			}
 		}
 	}

@@ -187,10 +187,10 @@ func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
 				r.mark(ref.clock(at), rate)
 			}
 			r.write(in)
-			link.moved(gen, len(in)/r.frame)
+			link.moved(gen)
 		}
 	}
-	s, err := paOpen(dev, true, m.channels, lat, m.rate, m.cfg.FramesPerBuffer, cb, func() { link.finished(gen) })
+	s, err := paOpen(dev, true, m.channels, lat, m.rate, m.cfg.FramesPerBuffer, cb, nil, func() { link.finished(gen) })
 	if err != nil {
 		return nil, dev.name, err
 	}

@@ -157,15 +157,27 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			continue
 		}
 		link, pb, scratch, echo := s.link, s.pb, s.scratch, s.cfg.Echo
-		cb := func(_, out []float32, at float64) {
+		cb := func(_, out []float32, _ float64) {
 			if !link.current(gen) {
 				clear(out)
 				return
 			}
-			fillOutput(pb, out, ch, scratch, echo, at)
-			link.moved(gen, len(out)/ch)
+			fillOutput(pb, out, ch, scratch)
 		}
-		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb, func() { link.finished(gen) })
+		var mono []float32
+		if echo != nil {
+			mono = make([]float32, speakerChunk)
+		}
+		played := func(frames []float32, at float64) {
+			if !link.current(gen) {
+				return
+			}
+			link.moved(gen)
+			if echo != nil {
+				writeEcho(echo, frames, ch, mono, at)
+			}
+		}
+		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb, played, func() { link.finished(gen) })
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -176,28 +188,17 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 	return nil, dev.name, errors.Join(errs...)
 }
 
-// fillOutput is the stream callback's work: pull mono samples for out's frames and spread
-// them over ch interleaved channels, and hand them to echo (may be nil) stamped with at. It
-// does not allocate.
-func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32, echo *EchoReference, at float64) {
+// fillOutput is the stream's work: pull mono samples for out's frames and spread them over
+// ch interleaved channels. It does not allocate.
+func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32) {
 	if ch == 1 {
 		pb.Pull(out)
-		if echo != nil {
-			echo.write(out, at)
-		}
 		return
 	}
 	frames := len(out) / ch
 	for done := 0; done < frames; {
 		n := min(frames-done, len(scratch))
 		pb.Pull(scratch[:n])
-		switch {
-		case echo == nil:
-		case done == 0:
-			echo.write(scratch[:n], at)
-		default:
-			echo.writeMore(scratch[:n])
-		}
 		dst := out[done*ch : (done+n)*ch]
 		if ch == 2 {
 			for i, v := range scratch[:n] {
@@ -214,6 +215,28 @@ func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32,
 		done += n
 	}
 	clear(out[frames*ch:])
+}
+
+// writeEcho hands what the device played (ch interleaved channels carrying one signal, the
+// first frame at the converter at time at) to the echo reference as mono, using mono as room.
+func writeEcho(echo *EchoReference, frames []float32, ch int, mono []float32, at float64) {
+	if ch == 1 {
+		echo.write(frames, at)
+		return
+	}
+	n := len(frames) / ch
+	for done := 0; done < n; {
+		k := min(n-done, len(mono))
+		for i := range mono[:k] {
+			mono[i] = frames[(done+i)*ch]
+		}
+		if done == 0 {
+			echo.write(mono[:k], at)
+		} else {
+			echo.writeMore(mono[:k])
+		}
+		done += k
+	}
 }
 
 // setLost starts consuming the queue into the void from since, when the device last
