@@ -40,7 +40,10 @@ import (
 // Configurations: audio_file (audio mode, the demo WAV looped as the microphone, output none,
 // no camera: the headline), video_file_1fps (the same in video mode, plus a 1 fps 640×480 video
 // file as the camera: one decode and one JPEG a second), audio_pulse (PortAudio microphone and
-// speaker on the virtual sound card: PulseAudio through ALSA's pulse plugin).
+// speaker on the virtual sound card: PulseAudio through ALSA's pulse plugin), audio_alsa
+// (PortAudio on a plain ALSA device with no sound server in between, as on a Raspberry Pi: the
+// paced test card of testdata/alsapaced, an ALSA plugin that plays into nothing and captures
+// silence at 48 kHz, paced by a timer once per period as a card by its interrupts).
 //
 //	make footprint
 //	FOOTPRINT_LONG=30m FOOTPRINT_ONLY=audio_file make footprint
@@ -73,6 +76,8 @@ func BenchmarkFootprint(b *testing.B) {
 			setup: func(b *testing.B) { makeVideo(b, video) }},
 		{name: "audio_pulse", mode: "audio", audio: "input: default\n  output: default", camera: "none",
 			setup: func(b *testing.B) { testaudio.Start(b) }},
+		{name: "audio_alsa", mode: "audio", audio: "input: default\n  output: default", camera: "none",
+			setup: func(b *testing.B) { pacedCard(b, dir) }},
 	} {
 		if only != "" && !slices.Contains(strings.Split(only, ","), fc.name) {
 			continue
@@ -186,7 +191,7 @@ type footprint struct {
 // runOnce runs omnisat run -c cfg until it has streamed for d after its session started.
 func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) footprint {
 	cmd := exec.Command(bin, "run", "-c", cfg, "--state-dir", dir)
-	cmd.Env = os.Environ()
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return kv == "PULSE_SERVER=" })
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -325,4 +330,30 @@ func field(s, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// pacedCard builds the paced ALSA test card (testdata/alsapaced) and makes it the default ALSA
+// device of the processes this benchmark starts (HOME holds the .asoundrc that names it).
+func pacedCard(b *testing.B, dir string) {
+	if _, err := exec.LookPath("cc"); err != nil {
+		if os.Getenv("CI") == "true" {
+			b.Fatal("cc not installed: run make deps")
+		}
+		b.Skip("cc not installed: run make deps")
+	}
+	home := filepath.Join(dir, "alsa-home")
+	lib := filepath.Join(home, "libasound_module_pcm_paced.so")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if out, err := exec.Command("cc", "-shared", "-fPIC", "-DPIC", "-O2", "-Wall", "-o", lib,
+		"testdata/alsapaced/pcm_paced.c", "-lasound").CombinedOutput(); err != nil {
+		b.Fatalf("build the paced ALSA card (libasound2-dev): %v %s", err, out)
+	}
+	asoundrc := "pcm_type.paced { lib \"" + lib + "\" }\npcm.!default { type paced }\n"
+	if err := os.WriteFile(filepath.Join(home, ".asoundrc"), []byte(asoundrc), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.Setenv("HOME", home)
+	b.Setenv("PULSE_SERVER", "") // removed from omnisat's environment: no sound server in the way
 }
