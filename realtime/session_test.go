@@ -272,6 +272,10 @@ func TestQueue(t *testing.T) {
 	if len(reports) < 3 || reports[0].Position != 1 || !strings.HasPrefix(reports[0].Ticket, "q_") || !reports[len(reports)-1].Done {
 		t.Fatalf("queue reports %+v", reports)
 	}
+	// The record shows each session's wait: the second waited behind the first.
+	if recs := srv.Sessions(); recs[0].QueueWait() >= recs[1].QueueWait() || recs[1].QueuedPositions[0] != 1 {
+		t.Fatalf("queue waits %v, %v; positions %v", recs[0].QueueWait(), recs[1].QueueWait(), recs[1].QueuedPositions)
+	}
 	// The second client must not have sent anything before queue_done: strictServer checks.
 }
 
