@@ -13,7 +13,7 @@ func newCodec(cfg Config) codec {
 	case DialectLegacy:
 		return &miniCPM{legacy: true, mode: cfg.Mode}
 	case DialectOpenVoice:
-		return &openVoice{ttsRate: cfg.OpenVoiceTTSRate}
+		return &openVoice{ttsRate: cfg.OpenVoiceTTSRate, frame: cfg.AudioFrameSamples()}
 	default:
 		return &miniCPM{mode: cfg.Mode}
 	}
@@ -141,8 +141,12 @@ func (c *miniCPM) chat(r ChatRequest) (outMsg, error) {
 	return outMsg{data: b}, err
 }
 
-func (c *miniCPM) speak(string, string) (outMsg, error) {
-	return outMsg{}, fmt.Errorf("speak: the %s dialect has no text-to-speech request; use a chat turn with tts enabled", c.dialect())
+func (c *miniCPM) speak(Speech) (outMsg, string, error) {
+	return outMsg{}, "", fmt.Errorf("speak: the %s dialect has no text-to-speech request; use a chat turn with tts enabled", c.dialect())
+}
+
+func (c *miniCPM) commit() (outMsg, error) {
+	return outMsg{}, fmt.Errorf("commit audio: the %s dialect has none; the model listens to every chunk", c.dialect())
 }
 
 func (c *miniCPM) cancelSpeech() (outMsg, error) {

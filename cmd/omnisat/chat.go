@@ -79,7 +79,7 @@ func runChat(ctx context.Context, env *cliEnv, args []string) int {
 		if len(images) > 0 || *system != "" {
 			return fail(exitUsage, "an OpenVoice server only speaks text: --image and --system do not apply")
 		}
-		reply, err = realtime.Synthesize(ctx, cfg, text, *voice, printDelta)
+		reply, err = realtime.Synthesize(ctx, cfg, realtime.Speech{Text: text, Voice: *voice}, printDelta)
 	} else {
 		req := realtime.ChatRequest{Stream: !*noStream, MaxNewTokens: *maxTokens, TTS: *ttsOut != "", EnableThinking: *thinking}
 		if *system != "" {

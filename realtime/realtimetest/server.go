@@ -72,6 +72,16 @@ type Options struct {
 
 	OpenVoiceTTSRate   int // PCM16 TTS audio rate sent by the OpenVoice simulator; default 24000
 	OpenVoiceInputRate int // rate assumed for incoming OpenVoice PCM16; default 16000
+	// OpenVoiceInactivity: an OpenVoice session that receives no binary audio for this long is
+	// closed with session.closed{inactivity_timeout} and close 1000 (JSON and TTS do not count),
+	// as the real server does after 60 s. Default 60s.
+	OpenVoiceInactivity time.Duration
+	// OpenVoiceSynthesisSpeed is how many seconds of TTS audio the OpenVoice simulator produces
+	// per second: real engines send audio as fast as they synthesise it. Default 4.
+	OpenVoiceSynthesisSpeed float64
+	// TTSModels are the OpenVoice TTS models the server knows; a tts.speak under another
+	// model_tts gets only error{code:"model_not_found", recoverable:true}. Empty: any.
+	TTSModels []string
 
 	NoExtraEvents bool          // current dialect: do not send response.step.done and kind:"audio_tokens" deltas
 	StepDelay     time.Duration // simulated model time per full-duplex step / chat turn; default 0
@@ -130,6 +140,10 @@ func (o Options) withDefaults() Options {
 	defInt(&o.TokensPerAudioSecond, 25)
 	defInt(&o.OpenVoiceTTSRate, 24000)
 	defInt(&o.OpenVoiceInputRate, 16000)
+	def(&o.OpenVoiceInactivity, 60*time.Second)
+	if o.OpenVoiceSynthesisSpeed <= 0 {
+		o.OpenVoiceSynthesisSpeed = 4
+	}
 	switch {
 	case o.ForceListenCount == 0:
 		o.ForceListenCount = 3
@@ -405,6 +419,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Dialect == OpenVoice {
 		ss.model = q.Get("model")
 		rec.Model = ss.model
+		rec.Language = q.Get("language")
 	}
 	rec.Mode = ss.mode
 	s.mu.Lock()

@@ -120,6 +120,8 @@ func (s *session) loop() {
 			s.timeout()
 		case <-s.ttsC():
 			s.ovTick()
+		case <-s.idleC():
+			s.ovInactive()
 		case <-s.faultWake:
 			s.checkFaults()
 		case <-s.delayC():
@@ -135,6 +137,8 @@ func (s *session) handle(f inFrame) {
 	switch {
 	case s.ignoring:
 		return // a gateway that stopped answering: input is read (Received) but never answered
+	case s.state == stClosedOpen && s.isCloseRequest(f) && s.dialect == OpenVoice:
+		return // the real server has stopped reading
 	case s.state == stClosedOpen && !s.isCloseRequest(f):
 		s.afterClosed(f)
 		return
@@ -163,8 +167,17 @@ func (s *session) afterClosed(f inFrame) {
 	if !f.binary {
 		typ = peekType(f.data)
 	}
-	s.violate(fmt.Sprintf("%s %v after session.closed{reason:%s}: the client must close the session",
-		typ, f.at.Sub(s.closedAt).Round(time.Millisecond), s.closedReason))
+	msg := fmt.Sprintf("%s %v after session.closed{reason:%s}: the client must close the session",
+		typ, f.at.Sub(s.closedAt).Round(time.Millisecond), s.closedReason)
+	if s.dialect == OpenVoice {
+		// The real server has stopped reading: nothing answers, the input piles up unread.
+		if !s.ov.afterClosedSeen {
+			s.ov.afterClosedSeen = true
+			s.reject(msg + " (the real server no longer reads it)")
+		}
+		return
+	}
+	s.violate(msg)
 }
 
 // closedOpen records that session.closed went out and the socket stays open.
@@ -320,15 +333,14 @@ func (s *session) reject(msg string) {
 
 // violate handles a protocol violation the way real servers handle an invalid frame.
 func (s *session) violate(msg string) {
+	if s.dialect == OpenVoice {
+		s.ovFatal(msg)
+		return
+	}
 	s.releaseWorker()
 	s.reject(msg)
-	if s.dialect == OpenVoice {
-		s.sendJSON(map[string]any{"type": "error", "message": msg, "recoverable": false})
-		s.closeWith(websocket.ClosePolicyViolation, "protocol violation")
-	} else {
-		s.sendClosed("backend_error", msg)
-		s.closeWith(websocket.CloseNormalClosure, "")
-	}
+	s.sendClosed("backend_error", msg)
+	s.closeWith(websocket.CloseNormalClosure, "")
 	s.end("rejected: " + msg)
 }
 
@@ -371,7 +383,7 @@ func (s *session) refuse(f *Fault) {
 	}
 	msg := fmt.Sprintf("%s: refused by simulator fault", code)
 	if s.dialect == OpenVoice {
-		s.sendJSON(map[string]any{"type": "error", "message": msg, "recoverable": false})
+		s.sendJSON(map[string]any{"type": "error", "code": code, "message": msg, "recoverable": false})
 	} else {
 		s.sendJSON(map[string]any{"type": "error", "error": map[string]any{"code": code, "message": msg, "type": "server_error"}})
 	}
