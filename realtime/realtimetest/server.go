@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,26 @@ func ParseDialect(s string) (Dialect, error) {
 		return d, nil
 	}
 	return "", fmt.Errorf("dialect %q is unknown (want current, legacy or openvoice)", s)
+}
+
+// Quirks lists the names SetQuirk takes, for the command line.
+var Quirks = []string{"duplex-done", "double-closed", "ms-timestamps", "close-backend-error"}
+
+// SetQuirk turns on the quirk of that name (see Quirks and the Options fields of the same names).
+func (o *Options) SetQuirk(name string) error {
+	switch name {
+	case "duplex-done":
+		o.DuplexDone = true
+	case "double-closed":
+		o.DoubleClosed = true
+	case "ms-timestamps":
+		o.MillisecondTS = true
+	case "close-backend-error":
+		o.CloseBackendError = true
+	default:
+		return fmt.Errorf("quirk %q is unknown (want one of %s)", name, strings.Join(Quirks, ", "))
+	}
+	return nil
 }
 
 // Path is the only endpoint the simulator serves; anything else is 404.
@@ -87,6 +108,20 @@ type Options struct {
 	StepDelay     time.Duration // simulated model time per full-duplex step / chat turn; default 0
 	ReadLimit     int64         // largest client message in bytes; default DefaultReadLimit
 	SpeechDBFS    float64       // energy detector threshold in dBFS (RMS over 20 ms); default -40
+	// Quirks of real current-dialect deployments (PROTOCOL-FACTS), off by default:
+	// DuplexDone ends a spoken full-duplex reply with response.done, as the C++ backend does,
+	// instead of the PyTorch backend's extra kind:"listen".
+	DuplexDone bool
+	// DoubleClosed answers session.close with session.closed twice (the gateway and the worker
+	// both answer), as the legacy gateway always does.
+	DoubleClosed bool
+	// MillisecondTS writes server_send_ts as integer milliseconds (one mock) instead of float
+	// seconds.
+	MillisecondTS bool
+	// CloseBackendError answers the client's session.close with reason "backend_error", not the
+	// client's reason: the upstream worker's race in its own shutdown.
+	CloseBackendError bool
+
 	// Reply, when set, is the audio (24 kHz mono) the full-duplex parrot answers with instead
 	// of what it heard: a model that talks for as long as a test needs.
 	Reply []float32

@@ -374,7 +374,14 @@ func (s *session) sendRaw(typ string, data []byte, binary bool) bool {
 	return s.c.send(outFrame{op: op, typ: typ, data: data})
 }
 
-func serverTS() float64 { return float64(time.Now().UnixMicro()) / 1e6 }
+// serverTS is server_send_ts: float seconds, or (Options.MillisecondTS, one mock) integer
+// milliseconds.
+func (s *session) serverTS() any {
+	if s.srv.opts.MillisecondTS {
+		return time.Now().UnixMilli()
+	}
+	return float64(time.Now().UnixMicro()) / 1e6
+}
 
 func (s *session) refuse(f *Fault) {
 	code := f.Code
@@ -622,6 +629,8 @@ func (s *session) fire(f *Fault) {
 		s.sendRaw(s.oversizeType(), oversizeFrame(s.dialect, f.Size), false)
 	case FaultBadDelta:
 		s.sendBadDelta()
+	case FaultError:
+		s.serverError(cmp.Or(f.Code, "inference_failed"))
 	case FaultClose:
 		reason := cmp.Or(f.Reason, "backend_error")
 		legacyFull := s.dialect == Legacy && reason == "context_full"
@@ -640,6 +649,24 @@ func (s *session) fire(f *Fault) {
 			s.closeWith(websocket.CloseNormalClosure, reason)
 		}
 		s.end("fault: close")
+	}
+}
+
+// serverError is an error event in the middle of a session: the legacy gateway's
+// inference_failed (one failed step), after which the session goes on; OpenVoice's recoverable
+// error; or the current gateway's session_failed, after which it gives the session up (close
+// 1011).
+func (s *session) serverError(code string) {
+	msg := fmt.Sprintf("%s: injected by simulator fault", code)
+	if s.dialect == OpenVoice {
+		s.ovSendError(code, msg, true)
+		return
+	}
+	s.sendJSON(map[string]any{"type": "error", "error": map[string]any{"code": code, "message": msg, "type": "server_error"}})
+	if code == "session_failed" {
+		s.releaseWorker()
+		s.closeWith(websocket.CloseInternalServerErr, "session failed")
+		s.end("fault: error")
 	}
 }
 
@@ -684,7 +711,7 @@ func (s *session) sendBadDelta() {
 	case Current:
 		s.sendJSON(map[string]any{"type": "response.output.delta", "kind": "audio", "session_id": s.sid,
 			"response_id": fmt.Sprintf("%s_resp_%d", s.sid, s.respN), "audio": garbage,
-			"metrics": s.metrics(0), "server_send_ts": serverTS()})
+			"metrics": s.metrics(0), "server_send_ts": s.serverTS()})
 	case Legacy:
 		s.sendJSON(map[string]any{"type": "response.output_audio.delta", "text": "", "audio": garbage,
 			"end_of_turn": false, "kv_cache_length": s.kvLen()})
