@@ -128,6 +128,10 @@ func Chat(ctx context.Context, cfg Config, r ChatRequest, onEvent func(Event)) (
 				reply.Text = text.String()
 			}
 			reply.Audio = append(reply.Audio, ev.Audio...)
+			if reply.Text == "" && len(reply.Audio) == 0 {
+				return true, &Error{Class: ClassRetryable, Code: CodeEmptyReply, Event: "response.done",
+					Message: "chat: the turn ended with neither text nor audio"}
+			}
 			return true, nil
 		}
 		return false, nil

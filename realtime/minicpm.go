@@ -178,10 +178,12 @@ type miniFrame struct {
 	Diagnostic   json.RawMessage `json:"diagnostic"`
 
 	// output
-	Kind          string   `json:"kind"`
-	ResponseID    string   `json:"response_id"`
-	Text          string   `json:"text"`
-	Audio         string   `json:"audio"`
+	Kind       string `json:"kind"`
+	ResponseID string `json:"response_id"`
+	// Text and Audio are nil when absent (or null): a text or audio delta without them is a
+	// protocol error, not an empty delta.
+	Text          *string  `json:"text"`
+	Audio         *string  `json:"audio"`
 	EndOfTurn     bool     `json:"end_of_turn"`
 	KVCacheLength *float64 `json:"kv_cache_length"`
 
@@ -270,11 +272,18 @@ func (c *miniCPM) decode(binary bool, data []byte, emit func(Event)) {
 	}
 }
 
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
 func (c *miniCPM) decodeCurrent(f *miniFrame, emit func(Event)) {
 	if f.Type == "response.done" {
-		done := TurnDone{Text: f.Text, Reason: f.Reason}
-		if f.Audio != "" {
-			samples, err := decodeFloat32Base64(f.Audio)
+		done := TurnDone{Text: str(f.Text), Reason: f.Reason}
+		if a := str(f.Audio); a != "" {
+			samples, err := decodeFloat32Base64(a)
 			if err != nil {
 				emit(protocolError(f.Type, CodeBadField, "response.done audio dropped: %v", err))
 			} else {
@@ -291,9 +300,18 @@ func (c *miniCPM) decodeCurrent(f *miniFrame, emit func(Event)) {
 	case "listen":
 		emit(Listen{})
 	case "text":
-		emit(TextDelta{Text: f.Text, ResponseID: f.ResponseID})
+		switch {
+		case f.Text == nil:
+			emit(protocolError(f.Type, CodeBadField, "a kind:\"text\" delta without text"))
+		case *f.Text != "":
+			emit(TextDelta{Text: *f.Text, ResponseID: f.ResponseID})
+		}
 	case "audio":
-		samples, err := decodeFloat32Base64(f.Audio)
+		if f.Audio == nil {
+			emit(protocolError(f.Type, CodeBadField, "a kind:\"audio\" delta without audio"))
+			break
+		}
+		samples, err := decodeFloat32Base64(*f.Audio)
 		if err != nil {
 			emit(protocolError(f.Type, CodeBadField, "audio delta dropped: %v", err))
 		} else if len(samples) > 0 {
@@ -311,11 +329,11 @@ func (c *miniCPM) decodeLegacy(f *miniFrame, emit func(Event)) {
 	if f.Type == "response.listen" {
 		emit(Listen{})
 	} else {
-		if f.Text != "" {
-			emit(TextDelta{Text: f.Text})
+		if t := str(f.Text); t != "" {
+			emit(TextDelta{Text: t})
 		}
-		if f.Audio != "" {
-			samples, err := decodeFloat32Base64(f.Audio)
+		if a := str(f.Audio); a != "" {
+			samples, err := decodeFloat32Base64(a)
 			if err != nil {
 				emit(protocolError(f.Type, CodeBadField, "audio delta dropped: %v", err))
 			} else if len(samples) > 0 {

@@ -187,12 +187,15 @@ type appendMsg struct {
 }
 
 type chatMsg struct {
-	Messages       []ChatMessage
-	Streaming      bool
-	TTS            bool
-	Generation     map[string]any
-	EnableThinking bool
-	MaxSliceNums   int
+	Messages           []ChatMessage
+	Streaming          bool
+	TTS                bool
+	TTSRefAudioSamples int
+	Generation         map[string]any
+	EnableThinking     bool
+	OmniMode           bool
+	UseTTSTemplate     bool
+	MaxSliceNums       int
 }
 
 var legacyEvents = map[string]bool{evSessionUpdate: true, evBufferAppend: true}
@@ -472,17 +475,18 @@ func decodeChat(in obj) (*chatMsg, error) {
 		if c.TTS, _, err = tts.boolean("enabled", where+".tts"); err != nil {
 			return nil, err
 		}
-		if _, err := refAudio(tts, "ref_audio_data", where+".tts"); err != nil {
+		if c.TTSRefAudioSamples, err = refAudio(tts, "ref_audio_data", where+".tts"); err != nil {
 			return nil, err
 		}
 	}
 	if c.EnableThinking, _, err = in.boolean("enable_thinking", where); err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"omni_mode", "use_tts_template"} {
-		if _, _, err := in.boolean(k, where); err != nil {
-			return nil, err
-		}
+	if c.OmniMode, _, err = in.boolean("omni_mode", where); err != nil {
+		return nil, err
+	}
+	if c.UseTTSTemplate, _, err = in.boolean("use_tts_template", where); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

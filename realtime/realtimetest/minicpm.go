@@ -286,7 +286,8 @@ func (s *session) chatTurn(c *chatMsg, at time.Time) {
 	reply := chatReply(c.Messages)
 	s.srv.update(func() {
 		s.rec.ChatRequests = append(s.rec.ChatRequests, ChatRecord{At: at, Messages: c.Messages, Streaming: c.Streaming,
-			TTS: c.TTS, Generation: c.Generation, EnableThinking: c.EnableThinking, MaxSliceNums: c.MaxSliceNums, Reply: reply})
+			TTS: c.TTS, TTSRefAudioSamples: c.TTSRefAudioSamples, Generation: c.Generation, EnableThinking: c.EnableThinking,
+			OmniMode: c.OmniMode, UseTTSTemplate: c.UseTTSTemplate, MaxSliceNums: c.MaxSliceNums, Reply: reply})
 	})
 	in := 0
 	for _, m := range c.Messages {

@@ -127,14 +127,17 @@ type FrameInfo struct {
 
 // ChatRecord describes one accepted chat-mode input.append.
 type ChatRecord struct {
-	At             time.Time
-	Messages       []ChatMessage
-	Streaming      bool
-	TTS            bool
-	Generation     map[string]any
-	EnableThinking bool
-	MaxSliceNums   int    // input.image.max_slice_nums, 0 if not given
-	Reply          string // the text the simulator answered
+	At                 time.Time
+	Messages           []ChatMessage
+	Streaming          bool
+	TTS                bool
+	TTSRefAudioSamples int // input.tts.ref_audio_data samples (float32, 16 kHz), 0 if none
+	Generation         map[string]any
+	EnableThinking     bool
+	OmniMode           bool
+	UseTTSTemplate     bool
+	MaxSliceNums       int    // input.image.max_slice_nums, 0 if not given
+	Reply              string // the text the simulator answered
 }
 
 // ChatMessage is one message of a chat request.
