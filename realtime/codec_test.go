@@ -296,7 +296,7 @@ func TestEncodeChunk(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("current append mismatch")
 	}
-	if samples, err := decodeFloat32Base64(got["input"].(map[string]any)["audio"].(string)); err != nil || !reflect.DeepEqual(samples, audio) {
+	if samples, err := decodeFloat32Base64([]byte(got["input"].(map[string]any)["audio"].(string))); err != nil || !reflect.DeepEqual(samples, audio) {
 		t.Fatalf("audio does not round-trip: %v", err)
 	}
 
@@ -415,7 +415,7 @@ func TestFloat32Base64RoundTrip(t *testing.T) {
 		if want := base64.StdEncoding.EncodedLen(4 * n); len(enc) != want {
 			t.Fatalf("n=%d: %d base64 bytes, want %d", n, len(enc), want)
 		}
-		out, err := decodeFloat32Base64(string(enc))
+		out, err := decodeFloat32Base64(enc)
 		if err != nil || len(out) != n || (n > 0 && !reflect.DeepEqual(out, in)) {
 			t.Fatalf("n=%d: round trip failed: %v", n, err)
 		}
@@ -477,5 +477,38 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if got := (Config{URL: "ws://h/x?token=1", Dialect: DialectOpenVoice, Model: "fw", Init: Init{Language: "pt"}}).endpoint(); got != "ws://h/x?language=pt&model=fw&token=1" {
 		t.Fatalf("endpoint %s", got)
+	}
+}
+
+// The fast path takes the frames real servers send with audio, and leaves anything unusual to
+// the general decoder (FuzzFastFrame checks that the events agree).
+func TestFastFrameTakesTheHotFrames(t *testing.T) {
+	a := f32b64(0.5, -0.25)
+	for _, tt := range []struct {
+		frame string
+		fast  bool
+	}{
+		{`{"type":"response.output.delta","kind":"audio","session_id":"s","response_id":"s_resp_1","input_id":"i","audio":"` + a + `","metrics":{"kv_cache_length":3},"server_send_ts":1.5}`, true},
+		{`{"type": "response.output_audio.delta", "text": "\u4f60\u597d", "audio": "` + a + `", "end_of_turn": false, "kv_cache_length": 9}`, true},
+		{`{"type":"response.done","text":"t","audio":"` + a + `"}`, true},
+		{`{"type":"response.output.delta","kind":"text","text":"no audio here"}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":"` + a + `","AUDIO":"` + a + `"}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":"` + a + `","audio":"` + a + `"}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":"AAAA\/AAA"}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":null}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":"` + a + `"}]`, false},
+		{`{"type":"response.output.delta","kind":5,"audio":"` + a + `"}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":"!!!!"}`, false},
+	} {
+		c := &miniCPM{mode: ModeAudio, legacy: strings.Contains(tt.frame, "output_audio")}
+		if _, ok := c.fastFrame([]byte(tt.frame)); ok != tt.fast {
+			t.Errorf("fast path %v for %s, want %v", ok, tt.frame, tt.fast)
+		}
+		if !reflect.DeepEqual(collect(c, false, tt.frame), func() (out []Event) {
+			c.decodeGeneral(false, []byte(tt.frame), func(ev Event) { out = append(out, ev) })
+			return out
+		}()) {
+			t.Errorf("fast and general decoders disagree on %s", tt.frame)
+		}
 	}
 }

@@ -59,8 +59,11 @@ func (o *openVoice) chunk(ch Chunk, _ Init) (outMsg, error) {
 		return outMsg{}, fmt.Errorf("send chunk: no audio")
 	}
 	m := outMsg{binary: true, data: appendPCM16(make([]byte, 0, 2*len(ch.Audio)), ch.Audio)}
-	for at := o.frame; at < len(ch.Audio); at += o.frame {
-		m.splits = append(m.splits, 2*at)
+	if n := (len(ch.Audio) - 1) / o.frame; n > 0 {
+		m.splits = make([]int, n)
+		for i := range m.splits {
+			m.splits[i] = 2 * (i + 1) * o.frame
+		}
 	}
 	return m, nil
 }

@@ -44,6 +44,7 @@ type codec interface {
 	closeMsg(reason string) (outMsg, bool)
 	// decode turns one frame into events, internal ones included; it never fails the session:
 	// problems come back as ErrorEvent (or as a mismatch/closed signal for the session to act on).
+	// data is valid only during the call (the read buffer is reused): events keep none of it.
 	decode(binary bool, data []byte, emit func(Event))
 }
 
@@ -353,11 +354,19 @@ func (s *session) setupEndError() *Error {
 func (s *session) readLoop() {
 	defer s.wg.Done()
 	defer close(s.events)
+	var buf []byte // one message at a time, reused: the decoders keep nothing of it
 	for {
-		typ, data, err := s.conn.ReadMessage()
+		typ, r, err := s.conn.NextReader()
+		if err == nil {
+			buf, err = readAll(r, buf[:0])
+		}
 		if err != nil {
 			s.end(s.readError(err), "", "")
 			break
+		}
+		data := buf
+		if cap(buf) > maxKeptReadBuffer {
+			buf = nil // an outsized frame's buffer is not kept
 		}
 		s.extendDeadline()
 		s.bytesRecv.Add(uint64(len(data)))
@@ -375,6 +384,27 @@ func (s *session) readLoop() {
 	s.mu.Unlock()
 	s.emit(Closed{Reason: s.endReason, Diagnostic: s.endDiag, Err: s.endErr, Undelivered: undelivered,
 		ServerDuration: s.endTotals.duration, Segments: s.endTotals.segments}, true)
+}
+
+// maxKeptReadBuffer bounds the read buffer kept between messages: a second of reply audio is
+// ~128 KB; a rare larger frame gets a buffer of its own.
+const maxKeptReadBuffer = 1 << 20
+
+// readAll reads the rest of a message into b (as io.ReadAll does, reusing b's room).
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // handle routes one decoded event: internal signals act on the session, the rest go to the caller.
