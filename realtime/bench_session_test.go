@@ -1,15 +1,15 @@
-package realtime
+package realtime_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/omnisat/omnisat/realtime"
 )
 
 // BenchmarkSendChunk1s is the whole upstream path of one second of audio over a loopback
@@ -17,29 +17,22 @@ import (
 // the process's CPU time per second of media (the sink server's reading included, the same in
 // every version).
 func BenchmarkSendChunk1s(b *testing.B) {
-	up := websocket.Upgrader{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer ws.Close()
+	url := scriptServer(b, func(ws *websocket.Conn) {
 		_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.queue_done"}`))
 		for {
 			_, data, err := ws.ReadMessage()
 			if err != nil {
 				return
 			}
-			switch {
-			case strings.Contains(string(data[:min(len(data), 40)]), `"session.init"`):
+			switch head := string(data[:min(len(data), 40)]); {
+			case strings.Contains(head, `"session.init"`):
 				_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created","session_id":"s"}`))
-			case strings.Contains(string(data[:min(len(data), 40)]), `"session.close"`):
+			case strings.Contains(head, `"session.close"`):
 				_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.closed","reason":"user_stop"}`))
 			}
 		}
-	}))
-	defer srv.Close()
-	s, err := Dial(context.Background(), Config{URL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/realtime", Mode: ModeAudio})
+	})
+	s, err := realtime.Dial(context.Background(), realtime.Config{URL: url, Mode: realtime.ModeAudio})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +40,7 @@ func BenchmarkSendChunk1s(b *testing.B) {
 		for range s.Events() {
 		}
 	}()
-	chunk := Chunk{Audio: sine(InputSampleRate)}
+	chunk := realtime.Chunk{Audio: tone(realtime.InputSampleRate, 0.3)}
 	var before, after syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
 	b.ResetTimer()
@@ -62,6 +55,6 @@ func BenchmarkSendChunk1s(b *testing.B) {
 	s.Close(ctx, "user_stop")
 	b.StopTimer()
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e6, "ms-cpu/s-media")
+	cpu := after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano()
+	b.ReportMetric(float64(cpu)/float64(b.N)/1e6, "ms-cpu/s-media")
 }
