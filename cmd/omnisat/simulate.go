@@ -30,7 +30,7 @@ func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
 	fs.Float64Var(&o.OpenVoiceSynthesisSpeed, "synthesis-speed", 0, "OpenVoice: seconds of TTS audio produced per second (default 4)")
 	var quirks stringList
 	fs.Var(&quirks, "quirk", "play a quirk of real current-dialect deployments (repeatable): "+strings.Join(realtimetest.Quirks, ", "))
-	fs.BoolVar(&o.LateQueueLeave, "late-queue-leave", false, "notice a queued client's disconnect only at its next queue update, as the real gateway does; a worker handed to a gone client is lost (jammed)")
+	fs.BoolVar(&o.LateQueueLeave, "late-queue-leave", false, "play the real gateway's queue: updates only on the --queue-update timer, a queued client's disconnect noticed only at its next update, a worker handed to a gone client lost (jammed)")
 	var faults stringList
 	fs.Var(&faults, "fault", "arm a fault (repeatable): drop, stall, invalid-json, oversize, bad-delta, close, refuse, backend-error, stall-init, error; options after ':' e.g. close:reason=timeout,delay=100ms, close:keep-open=true, refuse:count=2,code=queue_full, backend-error:count=3, error:code=session_failed,after=2")
 	verbose := fs.Bool("v", false, "log every connection and protocol violation")
