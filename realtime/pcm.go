@@ -71,10 +71,8 @@ func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), le
 
 // appendPCM16 appends samples as signed 16-bit little-endian PCM, clipping to [-1, 1].
 func appendPCM16(dst []byte, samples []float32) []byte {
-	n := len(dst)
-	dst = slices.Grow(dst, 2*len(samples))[:n+2*len(samples)]
-	out := dst[n:]
-	for i, s := range samples {
+	dst = slices.Grow(dst, 2*len(samples))
+	for _, s := range samples {
 		v := s * 32767
 		switch {
 		case v > 32767:
@@ -84,7 +82,7 @@ func appendPCM16(dst []byte, samples []float32) []byte {
 		case v != v: // NaN
 			v = 0
 		}
-		binary.LittleEndian.PutUint16(out[2*i:], uint16(int16(v)))
+		dst = binary.LittleEndian.AppendUint16(dst, uint16(int16(v)))
 	}
 	return dst
 }
