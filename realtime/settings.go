@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -69,8 +70,31 @@ func (s Settings) Validate() error {
 		}
 		errs = append(errs, errors.New("server."+msg))
 	}
+	errs = append(errs, s.ranges(s.Config())...)
 	if s.Token != "" && s.TokenFile != "" {
 		errs = append(errs, errors.New("server.token_file: set either token or token_file, not both"))
 	}
 	return errors.Join(errs...)
+}
+
+// ranges checks the timings and sizes against what a person can defend, beyond what Config
+// needs to work at all (tests dial with millisecond timings; a configuration file may not).
+func (s Settings) ranges(c Config) []error {
+	var errs []error
+	outside := func(key string, v, lo, hi time.Duration, bounds string) {
+		if v < lo || v > hi {
+			errs = append(errs, fmt.Errorf("server.%s: %v is outside %s", key, v, bounds))
+		}
+	}
+	// Real gateways ping every 20 s: under 1 s is chatter, over a minute lets NATs forget the link.
+	outside("ping_interval", c.PingInterval, time.Second, time.Minute, "1s..1m")
+	outside("dead_link_timeout", c.DeadLinkTimeout, 3*time.Second, 5*time.Minute, "3s..5m")
+	// Connect, TLS and the WebSocket handshake: a slow link needs seconds, never minutes.
+	outside("dial_timeout", c.DialTimeout, time.Second, 2*time.Minute, "1s..2m")
+	// One reply delta of 1 s is ~128 KiB as base64 JSON; servers themselves refuse frames over
+	// 128 MiB (close 1009), and a frame that size is the memory of a small board.
+	if c.MaxFrameBytes >= 4096 && (c.MaxFrameBytes < 256<<10 || c.MaxFrameBytes > 128<<20) { // below 4096: Config.Validate
+		errs = append(errs, fmt.Errorf("server.max_frame_bytes: %v is outside 256KiB..128MiB", yamlconf.Size(c.MaxFrameBytes)))
+	}
+	return errs
 }

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,7 +127,33 @@ func TestConfigProblems(t *testing.T) {
 		{base + "session:\n  barge_in:\n    min_speech: 1ms\n", `session.barge_in.min_speech: 1ms is outside 20ms..5s`},
 		{base + "camera:\n  quality: 0.5\n", `camera.quality: "0.5" is not a whole number`},
 		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: lots\n", `mqtt.outbox.max_bytes: "lots" is not a size`},
-		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: 1KB\n", `mqtt.outbox.max_bytes: 1000 is below 4KiB`},
+		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: 1KB\n", `mqtt.outbox.max_bytes: 1000 is outside 4KiB..1GiB`},
+		// Every duration, size and count has a range a person can defend, named by its key.
+		{base + "session:\n  backoff_min: 1ns\n", `session.backoff_min: 1ns is outside 500ms..1m`},
+		{base + "session:\n  backoff_max: 2h\n", `session.backoff_max: 2h0m0s is outside 1s..1h`},
+		{base + "session:\n  max_lag: 100000h\n", `session.max_lag: 100000h0m0s is outside one chunk..30s`},
+		{base + "session:\n  reconnect_buffer: 10m\n", `session.reconnect_buffer: 10m0s is outside 0..30s`},
+		{base + "session:\n  pre_roll: 1m\n", `session.pre_roll: 1m0s is outside 0..10s`},
+		{base + "session:\n  idle_timeout: 1s\n", `session.idle_timeout: 1s is outside 5s..24h`},
+		{base + "session:\n  time_limit: 5s\n", `session.time_limit: 5s is outside 0 (by mode) or 30s..24h`},
+		{base + "session:\n  time_margin: 10m\n", `session.time_margin: 10m0s is outside 1s..2m`},
+		{base + "session:\n  switch_wait: 1h\n", `session.switch_wait: 1h0m0s is outside 1s..2m`},
+		{base + "session:\n  listen_grace: 5s\n", `session.listen_grace: 5s is outside 0..2s`},
+		{base + "session:\n  context_limit: 1000000000000\n", `session.context_limit: 1000000000000 is outside 512..1048576`},
+		{base + "session:\n  context_limit: 1e12\n", `session.context_limit: "1e12" is not a whole number`},
+		{base + "session:\n  carry_over_chars: 1000000\n", `session.carry_over_chars: 1000000 is outside 0..20000`},
+		{"server:\n  url: ws://gw/v1/realtime\n  max_frame_bytes: 8GiB\n", `server.max_frame_bytes: 8GiB is outside 256KiB..128MiB`},
+		{"server:\n  url: ws://gw/v1/realtime\n  ping_interval: 10ms\n", `server.ping_interval: 10ms is outside 1s..1m`},
+		{"server:\n  url: ws://gw/v1/realtime\n  dead_link_timeout: 1h\n", `server.dead_link_timeout: 1h0m0s is outside 3s..5m`},
+		{"server:\n  url: ws://gw/v1/realtime\n  dial_timeout: 1ms\n", `server.dial_timeout: 1ms is outside 1s..2m`},
+		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: 1000GiB\n", `mqtt.outbox.max_bytes: 1000GiB is outside 4KiB..1GiB`},
+		{base + "mqtt:\n  broker: tcp://h\n  connect_timeout: 1h\n", `mqtt.connect_timeout: 1h0m0s is outside 1s..5m`},
+		{base + "mqtt:\n  broker: tcp://h\n  max_reconnect_interval: 100ms\n", `mqtt.max_reconnect_interval: 100ms is outside 1s..1h`},
+		{base + "mqtt:\n  broker: tcp://h\n  stats_interval: 1000h\n", `mqtt.stats_interval: 1000h0m0s is outside 1s..24h`},
+		{base + "audio:\n  input_latency: 1us\n", `audio.input_latency: 1µs is outside 1ms..2s`},
+		{base + "camera:\n  retry: 1h\n", `camera.retry: 1h0m0s is outside 10ms..1m`},
+		{base + "camera:\n  retry_max: 100h\n", `camera.retry_max: 100h0m0s is outside camera.retry..1h`},
+		{base + "control:\n  socket: /" + strings.Repeat("d", 120) + "/control.sock\n", `.sock is 134 bytes long; a unix socket path holds at most 107`},
 		{base + "server:\n", `server: appears twice`},
 		{"server:\n  url: ws://gw/v1/realtime\n  token: ${NOT_SET}\n", `server.token: ${NOT_SET} is not set in the environment`},
 		{"server:\n  url: ws://gw/v1/realtime\n  token_file: missing-token\n", `server.token_file: open `},
@@ -284,7 +311,8 @@ func TestPlanReload(t *testing.T) {
 	}
 }
 
-// The whole loader (decode, defaults, checks) never panics on a file, whatever it holds.
+// The whole loader (decode, defaults, checks) never panics on a file, whatever it holds, every
+// problem it reports says something, and what it accepts is within every range.
 func FuzzConfig(f *testing.F) {
 	example, err := os.ReadFile(exampleFile)
 	if err != nil {
@@ -293,16 +321,63 @@ func FuzzConfig(f *testing.F) {
 	f.Add(string(example))
 	f.Add(regexp.MustCompile(`(?m)^(\s*)#([a-z_]+:)`).ReplaceAllString(string(example), "$1$2"))
 	f.Add("server:\n  url: ws://gw/v1/realtime\naudio:\n  input: auto\ncamera:\n  source: dir:\nmqtt:\n  broker: ssl://h\n")
+	f.Add("server:\n  url: ws://gw/v1/realtime\n  max_frame_bytes: 8GiB\nsession:\n  backoff_min: 1ns\n  max_lag: 100000h\n  context_limit: 1000000000000\n")
+	f.Add("server:\n  url: ws://gw/v1/realtime\n  config:\n    a: &a [x, x, x, x]\n    b: &b [*a, *a, *a, *a]\n    c: [*b, *b, *b, *b]\n")
+	f.Add("server:\n  url: ${URL:-ws://gw/v1/realtime}\nmqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: 1000GiB\n  stats_interval: -1s\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		var c fileConfig
-		decodeErr := yamlconf.Decode([]byte(text), &c, envOf(map[string]string{"OMNISAT_TOKEN": "t"}))
-		c.resolvePaths("/etc/omnisat")
-		c.applyDefaults(envOf(nil))
-		err := errors.Join(decodeErr, c.validate())
+		c, err := parseConfig([]byte(text), "/etc/omnisat/omnisat.yaml", loadOptions{getenv: envOf(map[string]string{"OMNISAT_TOKEN": "t"})})
 		for _, p := range yamlconf.Problems(err) {
 			if p.Error() == "" {
 				t.Fatal("a problem without a message")
 			}
 		}
+		if err == nil {
+			if err := c.validate(); err != nil {
+				t.Fatalf("accepted, yet invalid: %v", err)
+			}
+			if c.Session.BackoffMin < 500*time.Millisecond || c.Session.MaxLag > 30*time.Second || c.Server.Config().MaxFrameBytes > 128<<20 ||
+				c.MQTT.Outbox.MaxBytes > 1<<30 || c.Session.ContextLimit > 1<<20 {
+				t.Fatalf("accepted a value out of range: %+v", c)
+			}
+		}
 	})
+}
+
+// The loader reads only a regular file of a bounded size, and refuses the rest at once: a
+// FIFO would block its open, /dev/zero never ends, a 2 MB file is no configuration, and an
+// alias bomb would expand to gigabytes.
+func TestConfigInputBounded(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.yaml")
+	text := "server:\n  url: ws://gw/v1/realtime\n  instructions: |\n" + strings.Repeat("    "+strings.Repeat("x", 100)+"\n", 20_000)
+	os.WriteFile(big, []byte(text), 0o600)
+	bomb := "server:\n  url: ws://gw/v1/realtime\n  config:\n    a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+	for i := 1; i < 10; i++ {
+		bomb += fmt.Sprintf("    a%d: &a%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d, ", i-1), 10), ", "))
+	}
+	bombPath := writeConfig(t, bomb, 0o600)
+	for _, tt := range []struct{ path, want string }{
+		{fifo, "is a named pipe (FIFO), not a regular file"},
+		{"/dev/zero", "is a character device, not a regular file"},
+		{dir, "is a folder, not a regular file"},
+		{big, fmt.Sprintf("is %d bytes; at most 1MiB is read", len(text))},
+		{bombPath, "expands to more than"},
+	} {
+		for _, args := range [][]string{{"config", "check", "-c", tt.path}, {"run", "-c", tt.path, "--state-dir", dir}} {
+			got := make(chan string, 1)
+			go func() { _, _, stderr := runCLI(t, args...); got <- stderr }()
+			select {
+			case stderr := <-got:
+				if !strings.Contains(stderr, tt.want) {
+					t.Errorf("%v: %q, want %q", args, stderr, tt.want)
+				}
+			case <-time.After(20 * time.Second): // a hang detector, not a timing assertion
+				t.Fatalf("%v did not return", args)
+			}
+		}
+	}
 }
