@@ -88,13 +88,40 @@ func Listen(path string, sup *agent.Supervisor, log *slog.Logger) (*Server, erro
 	return &Server{sup: sup, ln: ln, path: path, log: log}, nil
 }
 
-// Serve answers requests until ctx is done, then removes the socket.
+// Accept retries after a failure (out of file descriptors, EMFILE) wait from acceptRetryMin,
+// doubling up to acceptRetryMax while the failures last.
+const (
+	acceptRetryMin = 5 * time.Millisecond
+	acceptRetryMax = time.Second
+)
+
+// Serve answers requests until ctx is done, then removes the socket. A failing Accept (the
+// process out of file descriptors) does not end it: it tries again, backing off, and says so
+// once.
 func (s *Server) Serve(ctx context.Context) {
 	go func() { <-ctx.Done(); s.ln.Close() }()
+	var wait time.Duration
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
-			break
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
+			}
+			if wait == 0 {
+				s.log.Warn("control socket: cannot accept; retrying", "err", err)
+			}
+			wait = min(max(2*wait, acceptRetryMin), acceptRetryMax)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
+			continue
+		}
+		if wait > 0 {
+			s.log.Info("control socket: accepting again")
+			wait = 0
 		}
 		s.wg.Add(1)
 		go func() {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +22,19 @@ import (
 // newServer serves an on_demand agent (it dials nothing until told to) on a socket in a temp dir.
 func newServer(t *testing.T) (string, *agent.Supervisor) {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "run", "control.sock")
+	srv, sup := listen(t, path, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx); close(done) }()
+	go sup.Run(ctx)
+	t.Cleanup(func() { cancel(); <-done })
+	return path, sup
+}
+
+// listen makes an on_demand agent and a control socket for it at path.
+func listen(t *testing.T, path string, log *slog.Logger) (*Server, *agent.Supervisor) {
+	t.Helper()
 	spk := devices.NewFileSpeaker("", 24000)
 	t.Cleanup(func() { spk.Close() })
 	sup, err := agent.New(agent.Options{
@@ -34,17 +48,11 @@ func newServer(t *testing.T) (string, *agent.Supervisor) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "run", "control.sock")
-	srv, err := Listen(path, sup, nil)
+	srv, err := Listen(path, sup, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Serve(ctx); close(done) }()
-	go sup.Run(ctx)
-	t.Cleanup(func() { cancel(); <-done })
-	return path, sup
+	return srv, sup
 }
 
 func TestCommands(t *testing.T) {
