@@ -54,8 +54,8 @@ const simulatorURL = "ws://127.0.0.1:1/v1/realtime"
 type loadOptions struct {
 	// simulator lets server.url be empty (the built-in simulator stands in).
 	simulator bool
-	// stateDir overrides state_dir (the --state-dir flag) before the defaults that derive from
-	// it (control socket, MQTT outbox) are filled in.
+	// stateDir overrides state_dir (the --state-dir flag, relative to the working directory)
+	// before the defaults that derive from it (control socket, MQTT outbox) are filled in.
 	stateDir string
 	// getenv resolves ${VAR} in the file; nil means the process environment.
 	getenv func(string) string
@@ -90,7 +90,12 @@ func parseConfig(raw []byte, path string, o loadOptions) (*fileConfig, error) {
 		c.Server.URL = simulatorURL
 	}
 	if o.stateDir != "" {
-		c.StateDir, c.Control.Socket = o.stateDir, ""
+		// A command-line path: relative to the working directory, not to the file.
+		dir, err := filepath.Abs(o.stateDir)
+		if err != nil {
+			return nil, fmt.Errorf("--state-dir %s: %w", o.stateDir, err)
+		}
+		c.StateDir, c.Control.Socket = dir, ""
 	}
 	c.resolvePaths(filepath.Dir(path))
 	c.applyDefaults(o.getenv)

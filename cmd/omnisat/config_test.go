@@ -381,3 +381,26 @@ func TestConfigInputBounded(t *testing.T) {
 		}
 	}
 }
+
+// --state-dir is a command-line path: relative to the working directory, as a shell user
+// expects. Relative paths inside the file stay relative to the file's folder.
+func TestStateDirFlagIsRelativeToTheWorkingDirectory(t *testing.T) {
+	path := writeConfig(t, "server:\n  url: ws://gw/v1/realtime\n  token_file: token\nstate_dir: state\n", 0o600)
+	os.WriteFile(filepath.Join(filepath.Dir(path), "token"), []byte("t"), 0o600)
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(path, loadOptions{getenv: envOf(nil)})
+	if err != nil || c.StateDir != filepath.Join(filepath.Dir(path), "state") {
+		t.Fatalf("state_dir from the file: %v %q", err, c.StateDir)
+	}
+	c, err = loadConfig(path, loadOptions{stateDir: "run/state", getenv: envOf(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StateDir != filepath.Join(wd, "run/state") || c.socketPath() != filepath.Join(wd, "run/state/control.sock") ||
+		c.Server.TokenFile != filepath.Join(filepath.Dir(path), "token") {
+		t.Fatalf("--state-dir run/state: state_dir %q, socket %q, token_file %q", c.StateDir, c.socketPath(), c.Server.TokenFile)
+	}
+}
