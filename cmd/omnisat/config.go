@@ -235,17 +235,6 @@ func (c *fileConfig) validate() error {
 		}
 		errs = append(errs, fmt.Errorf("%s: %s is %d bytes long; a unix socket path holds at most %d", key, sock, len(sock), maxSocketPath))
 	}
-	for _, f := range []struct{ key, path string }{{"server.token_file", c.Server.TokenFile}, {"mqtt.password_file", c.MQTT.PasswordFile},
-		{"server.ref_audio", c.Server.RefAudio}, {"server.tts_ref_audio", c.Server.TTSRefAudio}} {
-		if f.path == "" {
-			continue
-		}
-		if fh, err := os.Open(f.path); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", f.key, err))
-		} else {
-			fh.Close()
-		}
-	}
 	return errors.Join(errs...)
 }
 

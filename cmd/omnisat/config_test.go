@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/omnisat/omnisat/internal/testaudio"
 	"github.com/omnisat/omnisat/internal/yamlconf"
 )
 
@@ -31,6 +32,15 @@ func writeConfig(t *testing.T, text string, mode os.FileMode) string {
 	return path
 }
 
+func absPath(t *testing.T, rel string) string {
+	t.Helper()
+	p, err := filepath.Abs(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func envOf(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
 }
@@ -45,6 +55,7 @@ func TestConfigExample(t *testing.T) {
 	if code != exitOK || out != string(want) {
 		t.Fatalf("config example: exit %d, output differs from %s (%d vs %d bytes)", code, exampleFile, len(out), len(want))
 	}
+	testaudio.Start(t) // the example names the default microphone and speaker: check opens them
 	code, out, stderr := runCLI(t, "config", "check", "-c", exampleFile)
 	if code != exitOK || !strings.Contains(out, ": ok (") || stderr != "" {
 		t.Fatalf("config check of the example: exit %d\n%s%s", code, out, stderr)
@@ -156,7 +167,6 @@ func TestConfigProblems(t *testing.T) {
 		{base + "control:\n  socket: /" + strings.Repeat("d", 120) + "/control.sock\n", `.sock is 134 bytes long; a unix socket path holds at most 107`},
 		{base + "server:\n", `server: appears twice`},
 		{"server:\n  url: ws://gw/v1/realtime\n  token: ${NOT_SET}\n", `server.token: ${NOT_SET} is not set in the environment`},
-		{"server:\n  url: ws://gw/v1/realtime\n  token_file: missing-token\n", `server.token_file: open `},
 		{"server:\n  url: ws://gw/v1/realtime\n  token: a\n  token_file: b\n", `server.token_file: set either token or token_file, not both`},
 		{base + "log:\n  level: loud\n", `log.level: "loud" is not one of debug, info, warn, error`},
 		{"server: [\n", `not valid YAML`},
@@ -237,7 +247,8 @@ func TestConfigSecrets(t *testing.T) {
 		t.Fatalf("password_file %q", c.MQTT.PasswordFile)
 	}
 
-	literal := "server:\n  url: ws://gw/v1/realtime\n  token: s3cret\nmqtt:\n  broker: tcp://h:1883\n  password: hunter2\n"
+	literal := "server:\n  url: ws://gw/v1/realtime\n  token: s3cret\nmqtt:\n  broker: tcp://h:1883\n  password: hunter2\n" +
+		"audio:\n  input: file:" + absPath(t, "../../configs/demo/hello.wav") + "\n  output: none\nstate_dir: " + dir + "\n"
 	c, err = loadConfig(writeConfig(t, literal, 0o644), loadOptions{getenv: env})
 	if err != nil {
 		t.Fatal(err)
@@ -402,5 +413,60 @@ func TestStateDirFlagIsRelativeToTheWorkingDirectory(t *testing.T) {
 	if c.StateDir != filepath.Join(wd, "run/state") || c.socketPath() != filepath.Join(wd, "run/state/control.sock") ||
 		c.Server.TokenFile != filepath.Join(filepath.Dir(path), "token") {
 		t.Fatalf("--state-dir run/state: state_dir %q, socket %q, token_file %q", c.StateDir, c.socketPath(), c.Server.TokenFile)
+	}
+}
+
+// `config check` opens what the file names, without starting anything, and fails where `run`
+// would: each problem with its key path, exit 1 (and run refuses to start, exit 3).
+func TestConfigCheckOpensWhatItNames(t *testing.T) {
+	dir := t.TempDir()
+	notWAV := filepath.Join(dir, "notes.txt")
+	os.WriteFile(notWAV, []byte("not a WAV file"), 0o600)
+	aFile := filepath.Join(dir, "a-file")
+	os.WriteFile(aFile, nil, 0o600)
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	emptyFrames := t.TempDir()
+	base := "server:\n  url: ws://gw/v1/realtime\naudio:\n  input: file:../../configs/demo/hello.wav\n  output: none\n"
+	base = strings.ReplaceAll(base, "../../configs/demo/hello.wav", absPath(t, "../../configs/demo/hello.wav"))
+	for _, tt := range []struct{ yaml, want string }{
+		{"server:\n  url: ws://gw/v1/realtime\naudio:\n  input: file:missing.wav\n  output: none\n", "audio.input: open " + filepath.Join(dir, "missing.wav") + ": no such file"},
+		{"server:\n  url: ws://gw/v1/realtime\naudio:\n  input: file:" + notWAV + "\n  output: none\n", "audio.input: " + notWAV + ": not a RIFF/WAVE file"},
+		{"server:\n  url: ws://gw/v1/realtime\naudio:\n  input: no such microphone anywhere\n  output: none\n", `audio.input: `},
+		{strings.Replace(base, "output: none", "output: file:"+filepath.Join(aFile, "out.wav"), 1), "audio.output: " + aFile + " is a file, not a folder"},
+		{base + "camera:\n  source: file:" + filepath.Join(dir, "missing.mp4") + "\n", "camera.source: open " + filepath.Join(dir, "missing.mp4") + ": no such file"},
+		{base + "camera:\n  source: dir:" + emptyFrames + "\n", "camera.source: open camera folder " + `"` + emptyFrames + `": no .jpg files`},
+		{base + "camera:\n  source: /dev/null\n", "camera.source: /dev/null is not a camera (not a video4linux device)"},
+		{base + "state_dir: " + aFile + "\n", "state_dir: " + aFile + " is a file, not a folder"},
+		{base + "state_dir: /proc/omnisat\n", "state_dir: /proc is not writable"},
+		{base + "control:\n  socket: " + aFile + "/control.sock\n", "control.socket: " + aFile + " is a file, not a folder"},
+		{strings.Replace(base, "server:\n", "server:\n  token_file: "+fifo+"\n", 1), "server.token_file: " + fifo + " is a named pipe (FIFO)"},
+		{base + "state_dir: " + aFile + "/state\n", "state_dir: " + aFile + "/state cannot be made: " + aFile + " is a file"},
+		{strings.Replace(base, "server:\n", "server:\n  token_file: missing-token\n", 1), "server.token_file: open " + filepath.Join(dir, "missing-token") + ": no such file"},
+		{strings.Replace(base, "server:\n", "server:\n  ref_audio: "+notWAV+"\n", 1), "server.ref_audio: reference voice " + notWAV + ": not a RIFF/WAVE file"},
+		{base + "mqtt:\n  broker: ssl://h:8883\n  tls:\n    ca_file: missing-ca.pem\n", "mqtt.tls.ca_file: open " + filepath.Join(dir, "missing-ca.pem") + ": no such file"},
+		{base + "mqtt:\n  broker: ssl://h:8883\n  tls:\n    ca_file: " + notWAV + "\n", "mqtt.tls.ca_file: \"" + notWAV + "\" holds no PEM certificate"},
+		{base + "mqtt:\n  broker: tcp://h:1883\n  password_file: " + fifo + "\n", "mqtt.password_file: " + fifo + " is a named pipe (FIFO)"},
+		{base + "mqtt:\n  broker: tcp://h:1883\n  outbox:\n    path: " + aFile + "\n", "mqtt.outbox.path: " + aFile + " is a file, not a folder"},
+	} {
+		path := filepath.Join(dir, "omnisat.yaml")
+		os.WriteFile(path, []byte(tt.yaml), 0o600)
+		code, _, stderr := runCLI(t, "config", "check", "-c", path)
+		if code != exitFailure || !strings.Contains(stderr, tt.want) {
+			t.Errorf("config check of %q: exit %d\n%s\nwant %q", tt.yaml, code, stderr, tt.want)
+		}
+		code, _, stderr = runCLI(t, "run", "-c", path)
+		if code != exitConfig || !strings.Contains(stderr, tt.want) {
+			t.Errorf("run with %q: exit %d\n%s\nwant %q", tt.yaml, code, stderr, tt.want)
+		}
+	}
+	// A V4L2 camera that is not plugged in yet: run waits for it, so check only warns.
+	path := filepath.Join(dir, "omnisat.yaml")
+	os.WriteFile(path, []byte(base+"camera:\n  source: /dev/video97\nstate_dir: "+dir+"\n"), 0o600)
+	if code, out, stderr := runCLI(t, "config", "check", "-c", path); code != exitOK ||
+		!strings.Contains(stderr, "warning: camera.source: /dev/video97 does not exist now; run waits for the camera to be plugged in") {
+		t.Errorf("camera not plugged in: exit %d\n%s%s", code, out, stderr)
 	}
 }

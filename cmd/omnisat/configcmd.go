@@ -31,7 +31,8 @@ func runConfig(ctx context.Context, env *cliEnv, args []string) int {
 	}
 }
 
-// runConfigCheck loads the file exactly as `run` would and lists every problem, one a line.
+// runConfigCheck loads the file exactly as `run` would, opens what it names (without starting
+// anything) and lists every problem, one a line.
 // Exit 0: usable (warnings may still be printed); 1: not usable.
 func runConfigCheck(env *cliEnv, args []string) int {
 	fs := newFlagSet("config check", env, "")
@@ -43,7 +44,7 @@ func runConfigCheck(env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "omnisat config check: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	cfg, err := loadConfig(*path, loadOptions{getenv: env.getenv})
+	cfg, err := loadAndCheck(*path, loadOptions{getenv: env.getenv})
 	if err != nil {
 		var ce *configError
 		if !errors.As(err, &ce) {

@@ -209,7 +209,7 @@ func TestRunConfigErrors(t *testing.T) {
 		{"server:\n  url: ws://x/v1/realtime\nsession:\n  chunk: 5s\n", "session.chunk"},
 		{"server: {}\n", "server.url: empty"},
 		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: file:/nonexistent.wav\n", "nonexistent.wav"},
-		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: hw:1\n", `open microphone "hw:1"`},
+		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: hw:1\n", `audio.input: find input device "hw:1"`},
 		{"server:\n  url: ws://x/v1/realtime\naudio:\n  volume: 120\n", "audio.volume: 120"},
 		{"server:\n  url: ws://x/v1/realtime\ncamera:\n  quality: 101\n", "camera.quality: 101"},
 		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: auto\n", "audio.input_fallback"},

@@ -15,9 +15,7 @@ import (
 
 	"github.com/omnisat/omnisat/agent"
 	"github.com/omnisat/omnisat/agent/control"
-	"github.com/omnisat/omnisat/devices"
 	"github.com/omnisat/omnisat/devices/audio"
-	"github.com/omnisat/omnisat/devices/wav"
 	"github.com/omnisat/omnisat/mqtt"
 	"github.com/omnisat/omnisat/realtime"
 	"github.com/omnisat/omnisat/realtime/realtimetest"
@@ -45,7 +43,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		return code
 	}
 	load := func() (*fileConfig, error) {
-		cfg, err := loadConfig(*path, loadOptions{simulator: *simulator, stateDir: *stateDir, getenv: env.getenv})
+		cfg, err := loadAndCheck(*path, loadOptions{simulator: *simulator, stateDir: *stateDir, getenv: env.getenv})
 		if err == nil && *logFormat != "" {
 			cfg.Log.Format = *logFormat
 		}
@@ -361,31 +359,6 @@ func buildParts(ctx context.Context, cfg *fileConfig, report *deviceReporter, lo
 	desc = append(desc, camDesc)
 	p.describe = strings.Join(desc, ", ")
 	return p, nil
-}
-
-// readVoice reads a reference voice WAV as 16 kHz mono.
-func readVoice(path string) ([]float32, error) {
-	a, err := wav.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reference voice: %w", err)
-	}
-	samples, err := devices.Resample(a.Mono(), a.Rate, realtime.InputSampleRate)
-	if err != nil {
-		return nil, fmt.Errorf("reference voice %s: %w", path, err)
-	}
-	return samples, nil
-}
-
-// readSecret returns value, or the trimmed content of file when value is empty.
-func readSecret(value, file string) (string, error) {
-	if value != "" || file == "" {
-		return value, nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // newLogger writes c.Format lines to w at a level a reload can change. In the journal (journal
