@@ -43,6 +43,12 @@ type Config struct {
 	// PartialTranscripts publishes <prefix>/transcript/partial while text streams (default false).
 	PartialTranscripts bool         `yaml:"partial_transcripts"`
 	Outbox             OutboxConfig `yaml:"outbox"`
+	// Image publishes the newest camera frame the satellite sent to the model on <prefix>/image
+	// (a Home Assistant image entity). Off by default: a picture leaving the device is the
+	// owner's decision.
+	Image bool `yaml:"image"`
+	// ImageInterval is the shortest time between two pictures on <prefix>/image (default 10s).
+	ImageInterval time.Duration `yaml:"image_interval"`
 }
 
 // TLSConfig secures ssl:// and wss:// connections. Verification is on unless Insecure.
@@ -70,6 +76,7 @@ const (
 	defaultOutboxBytes    = 4 << 20
 	minOutboxBytes        = 4 << 10
 	maxOutboxBytes        = 1 << 30
+	defaultImageInterval  = 10 * time.Second
 )
 
 // Enabled reports whether a broker is configured.
@@ -102,6 +109,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Outbox.MaxBytes == 0 {
 		c.Outbox.MaxBytes = defaultOutboxBytes
+	}
+	if c.ImageInterval == 0 {
+		c.ImageInterval = defaultImageInterval
 	}
 	return c
 }
@@ -166,6 +176,9 @@ func (c Config) Validate() error {
 	}
 	if c.StatsInterval > 0 && (c.StatsInterval < time.Second || c.StatsInterval > 24*time.Hour) {
 		bad("mqtt.stats_interval: %v is outside 1s..24h (negative: no statistics)", c.StatsInterval)
+	}
+	if c.ImageInterval < time.Second || c.ImageInterval > time.Hour {
+		bad("mqtt.image_interval: %v is outside 1s..1h", c.ImageInterval)
 	}
 	// The outbox lives on the board's storage (often an SD card): 4 MiB holds days of
 	// transcripts, 1 GiB more than a year's; beyond that it only wears the card out.

@@ -42,7 +42,21 @@ type Settings struct {
 	DeadLinkTimeout time.Duration `yaml:"dead_link_timeout"`
 	DialTimeout     time.Duration `yaml:"dial_timeout"`
 	MaxFrameBytes   yamlconf.Size `yaml:"max_frame_bytes"`
+
+	// Phase deadlines: session.init → session.created (OpenVoice: connect → session.created),
+	// and session.close → session.closed. Time in the server's queue is not limited.
+	InitTimeout  time.Duration `yaml:"init_timeout"`
+	CloseTimeout time.Duration `yaml:"close_timeout"`
 }
+
+// The ranges of the phase deadlines. session.created follows the worker's prefill of the system
+// prompt and reference voice, seconds on a slow GPU; past a few minutes the wait only holds a
+// gateway's worker for nothing (its session limit is 300 s for video). session.closed follows at
+// once unless the server is stuck; a minute is already far past that.
+const (
+	minInitTimeout, maxInitTimeout   = time.Second, 5 * time.Minute
+	minCloseTimeout, maxCloseTimeout = 100 * time.Millisecond, time.Minute
+)
 
 // Config turns the settings into a connection configuration (without reference voices).
 func (s Settings) Config() Config {
@@ -52,6 +66,7 @@ func (s Settings) Config() Config {
 			VADSensitivity: s.VADSensitivity, Language: s.Language, HotWords: s.HotWords, TTSModel: s.TTSModel},
 		OpenVoiceTTSRate: s.TTSRate, PingInterval: s.PingInterval, DeadLinkTimeout: s.DeadLinkTimeout,
 		DialTimeout: s.DialTimeout, MaxFrameBytes: int64(s.MaxFrameBytes),
+		InitTimeout: s.InitTimeout, CloseTimeout: s.CloseTimeout,
 		// The agent keeps the send queue short: audio waiting here is lost if the link dies.
 		SendQueue: 2,
 	}.withDefaults()
@@ -82,10 +97,13 @@ func (s Settings) Validate() error {
 func (s Settings) ranges(c Config) []error {
 	var errs []error
 	outside := func(key string, v, lo, hi time.Duration, bounds string) {
-		if v < lo || v > hi {
+		if v >= 0 && (v < lo || v > hi) { // negative: Config.Validate says so
 			errs = append(errs, fmt.Errorf("server.%s: %v is outside %s", key, v, bounds))
 		}
 	}
+	// The phase deadlines (zero takes the default); time in the server's queue is not limited.
+	outside("init_timeout", c.InitTimeout, minInitTimeout, maxInitTimeout, fmt.Sprint(minInitTimeout, "..", maxInitTimeout))
+	outside("close_timeout", c.CloseTimeout, minCloseTimeout, maxCloseTimeout, fmt.Sprint(minCloseTimeout, "..", maxCloseTimeout))
 	// Real gateways ping every 20 s: under 1 s is chatter, over a minute lets NATs forget the link.
 	outside("ping_interval", c.PingInterval, time.Second, time.Minute, "1s..1m")
 	outside("dead_link_timeout", c.DeadLinkTimeout, 3*time.Second, 5*time.Minute, "3s..5m")
