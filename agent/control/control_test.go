@@ -153,3 +153,28 @@ func FuzzRequest(f *testing.F) {
 		_ = json.Unmarshal(line, &req)
 	})
 }
+
+// A reload replaces the agent behind the socket: between two agents requests are told to try
+// again, and then they reach the new one.
+func TestAgentReplaced(t *testing.T) {
+	dir := t.TempDir()
+	srv, first := listen(t, filepath.Join(dir, "control.sock"), nil)
+	_, second := listen(t, filepath.Join(dir, "other.sock"), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	first.Mute(true)
+	path := filepath.Join(dir, "control.sock")
+	if resp, err := Call(ctx, path, Request{Cmd: "status"}); err != nil || !resp.Status.Muted {
+		t.Fatalf("first agent: %v %+v", err, resp)
+	}
+	srv.SetAgent(nil)
+	if resp, err := Call(ctx, path, Request{Cmd: "status"}); err != nil || resp.OK || !strings.Contains(resp.Error, "restarting") {
+		t.Fatalf("between agents: %v %+v", err, resp)
+	}
+	srv.SetAgent(second)
+	if resp, err := Call(ctx, path, Request{Cmd: "status"}); err != nil || !resp.OK || resp.Status.Muted {
+		t.Fatalf("second agent: %v %+v", err, resp)
+	}
+}
