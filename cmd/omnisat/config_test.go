@@ -274,7 +274,7 @@ func TestConfigSecrets(t *testing.T) {
 	}
 }
 
-// Which keys change live, which rebuild MQTT only, and which restart the agent.
+// Which keys change live and which sections restart something.
 func TestPlanReload(t *testing.T) {
 	base := "server:\n  url: ws://gw/v1/realtime\nmqtt:\n  broker: tcp://h:1883\n"
 	load := func(extra string) *fileConfig {
@@ -286,21 +286,17 @@ func TestPlanReload(t *testing.T) {
 		return c
 	}
 	old := load("")
-	for _, tt := range []struct {
-		extra               string
-		live, restart       string
-		restartMQTT, reboot bool
-	}{
-		{"", "", "", false, false},
-		{"audio:\n  volume: 30\n", "audio.volume", "", false, false},
-		{"log:\n  level: debug\n", "log.level", "", false, false},
-		{"mqtt:\n  stats_interval: 5s\n", "mqtt.stats_interval", "", false, false},
-		{"mqtt:\n  prefix: x/y\n", "", "mqtt", true, false},
-		{"session:\n  chunk: 500ms\n", "", "session", false, true},
-		{"audio:\n  gain_db: 6\n", "", "audio", false, true},
-		{"camera:\n  quality: 50\n", "", "camera", false, true},
-		{"device_id: other\n", "", "device_id, mqtt", true, true},
-		{"log:\n  format: json\n", "", "log.format", false, true},
+	for _, tt := range []struct{ extra, live, restart string }{
+		{"", "", ""},
+		{"audio:\n  volume: 30\n", "audio.volume", ""},
+		{"log:\n  level: debug\n", "log.level", ""},
+		{"log:\n  format: json\n", "log.format", ""},
+		{"mqtt:\n  stats_interval: 5s\n", "mqtt.stats_interval", ""},
+		{"mqtt:\n  prefix: x/y\n", "", "mqtt"},
+		{"session:\n  chunk: 500ms\n", "", "session"},
+		{"audio:\n  gain_db: 6\n", "", "audio"},
+		{"camera:\n  quality: 50\n", "", "camera"},
+		{"device_id: other\n", "", "device_id, mqtt"},
 	} {
 		text := base + tt.extra
 		if strings.HasPrefix(tt.extra, "mqtt:") {
@@ -311,13 +307,13 @@ func TestPlanReload(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := planReload(old, c)
-		if strings.Join(p.live, ", ") != tt.live || strings.Join(p.restart, ", ") != tt.restart || p.restartMQTT != tt.restartMQTT || p.restartAll != tt.reboot {
+		if strings.Join(p.live, ", ") != tt.live || strings.Join(p.restart, ", ") != tt.restart {
 			t.Errorf("%q: %+v", tt.extra, p)
 		}
 	}
 	instr := load("")
 	instr.Server.Instructions = "new"
-	if p := planReload(old, instr); strings.Join(p.live, ",") != "server.instructions" || p.restartAll {
+	if p := planReload(old, instr); strings.Join(p.live, ",") != "server.instructions" || len(p.restart) > 0 {
 		t.Errorf("instructions: %+v", p)
 	}
 }
