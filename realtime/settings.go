@@ -92,6 +92,9 @@ func (s Settings) Validate() error {
 	return errors.Join(errs...)
 }
 
+// maxHotWords bounds server.hot_words.
+const maxHotWords = 100
+
 // ranges checks the timings and sizes against what a person can defend, beyond what Config
 // needs to work at all (tests dial with millisecond timings; a configuration file may not).
 func (s Settings) ranges(c Config) []error {
@@ -113,6 +116,10 @@ func (s Settings) ranges(c Config) []error {
 	// 128 MiB (close 1009), and a frame that size is the memory of a small board.
 	if c.MaxFrameBytes >= 4096 && (c.MaxFrameBytes < 256<<10 || c.MaxFrameBytes > 128<<20) { // below 4096: Config.Validate
 		errs = append(errs, fmt.Errorf("server.max_frame_bytes: %v is outside 256KiB..128MiB", yamlconf.Size(c.MaxFrameBytes)))
+	}
+	// OpenVoice's hot words bias the recogniser's prompt, which holds a few hundred tokens.
+	if len(s.HotWords) > maxHotWords {
+		errs = append(errs, fmt.Errorf("server.hot_words: %d words; at most %d", len(s.HotWords), maxHotWords))
 	}
 	return errs
 }

@@ -182,9 +182,24 @@ func TestReloadHandsOverUnchangedParts(t *testing.T) {
 		t.Fatalf("the control socket drives %+v, want session %s", resp, second)
 	}
 
+	// A token read from its file again (the file's text is the same): a new session with it.
+	running, err = sys.Reload(context.Background(), r.config(r.audio("a", speech, ""), func(c *satellite.Config) {
+		c.Agent.Config.Chunk = 500 * time.Millisecond
+		c.Agent.Server.Token = "rotated"
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys = running
+	if id := listening(t, sys); id == second || r.opens.Load() != 1 {
+		t.Fatalf("after a new token: session %s (was %s), audio opened %d times", id, second, r.opens.Load())
+	}
+	second = listening(t, sys)
+
 	// A changed audio part: opened beside the running one, which is closed after the swap.
 	running, err = sys.Reload(context.Background(), r.config(r.audio("b", speech, ""), func(c *satellite.Config) {
 		c.Agent.Config.Chunk = 500 * time.Millisecond
+		c.Agent.Server.Token = "rotated"
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -193,8 +208,8 @@ func TestReloadHandsOverUnchangedParts(t *testing.T) {
 	if third := listening(t, sys); third == second || r.opens.Load() != 2 || r.closes.Load() != 1 {
 		t.Fatalf("session %s (was %s); audio opened %d times, closed %d", third, second, r.opens.Load(), r.closes.Load())
 	}
-	if n := len(r.sim.Sessions()); n != 3 {
-		t.Fatalf("%d sessions on the server, want 3", n)
+	if n := len(r.sim.Sessions()); n != 4 {
+		t.Fatalf("%d sessions on the server, want 4", n)
 	}
 }
 

@@ -157,6 +157,7 @@ func TestConfigProblems(t *testing.T) {
 		{"server:\n  url: ws://gw/v1/realtime\n  ping_interval: 10ms\n", `server.ping_interval: 10ms is outside 1s..1m`},
 		{"server:\n  url: ws://gw/v1/realtime\n  dead_link_timeout: 1h\n", `server.dead_link_timeout: 1h0m0s is outside 3s..5m`},
 		{"server:\n  url: ws://gw/v1/realtime\n  dial_timeout: 1ms\n", `server.dial_timeout: 1ms is outside 1s..2m`},
+		{"server:\n  url: ws://gw/v1/realtime\n  hot_words: [" + strings.Repeat("w, ", 100) + "w]\n", `server.hot_words: 101 words; at most 100`},
 		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: 1000GiB\n", `mqtt.outbox.max_bytes: 1000GiB is outside 4KiB..1GiB`},
 		{base + "mqtt:\n  broker: tcp://h\n  connect_timeout: 1h\n", `mqtt.connect_timeout: 1h0m0s is outside 1s..5m`},
 		{base + "mqtt:\n  broker: tcp://h\n  max_reconnect_interval: 100ms\n", `mqtt.max_reconnect_interval: 100ms is outside 1s..1h`},

@@ -115,22 +115,27 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 				log.Warn("config: " + w)
 			}
 			plan := planReload(cfg, next)
-			if plan.empty() {
-				log.Info("config: reloaded; nothing changed", "file", *path)
-				continue
-			}
+			// Reloaded even when the file is the same: a token or voice file may have changed.
 			running, err := sys.Reload(ctx, nextSys)
 			if running == nil {
 				return fail(exitFailure, "after reload: %v", err)
 			}
-			sys = running
 			if err != nil {
+				sys = running
 				log.Error("config: reload refused; the running configuration stays", "file", *path, "err", err)
 				sys.Announce("config_rejected", err.Error())
 				continue
 			}
-			cfg = next
+			restarted := running.Agent() != sys.Agent()
+			sys, cfg = running, next
 			logs.set(cfg.Log)
+			if plan.empty() {
+				if !restarted {
+					log.Info("config: reloaded; nothing changed", "file", *path)
+					continue
+				}
+				plan.restart = []string{"the files it names (token, reference voice)"}
+			}
 			log.Info("config: reloaded", "file", *path, "live", plan.live, "restart", plan.restart)
 			sys.Announce("config_reloaded", plan.String())
 		}
