@@ -157,7 +157,8 @@ func waitFor(t *testing.T, within time.Duration, ok func() bool) {
 
 // A reload is a transaction (the real binary, a real SIGHUP, the virtual sound card, a real
 // broker): a valid file whose microphone does not exist, whose camera cannot be opened, whose
-// MQTT certificate is missing or whose control socket another program holds is refused — the
+// MQTT certificate is missing, whose MQTT outbox cannot be made or whose control socket another
+// program holds is refused — the
 // running session goes on (same session id, no new session on the server) and the refusal is
 // published as config_rejected — and a good reload after them still works.
 func TestReloadIsATransaction(t *testing.T) {
@@ -203,6 +204,7 @@ func TestReloadIsATransaction(t *testing.T) {
 		{"a camera that cannot be opened", "default", "file:" + filepath.Join(dir, "missing.mp4"), "", sock, "camera.source: open " + filepath.Join(dir, "missing.mp4")},
 		{"an MQTT certificate that is not there", "default", "dir:" + frames, "  tls:\n    ca_file: " + filepath.Join(dir, "missing-ca.pem") + "\n", sock, "mqtt.tls.ca_file"},
 		{"a control socket another program holds", "default", "dir:" + frames, "", busy, "another omnisat is already listening there"},
+		{"an MQTT outbox that cannot be made", "default", "dir:" + frames, "  outbox:\n    path: " + cfgPath + "/outbox\n", sock, "mqtt.outbox.path: " + cfgPath + "/outbox cannot be made"},
 	} {
 		write(tt.input, tt.camera, tt.mqttExtra, tt.socket, "500ms") // with a session change: nothing may stop first
 		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
