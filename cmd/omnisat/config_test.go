@@ -459,8 +459,13 @@ func TestConfigCheckOpensWhatItNames(t *testing.T) {
 			t.Errorf("run with %q: exit %d\n%s\nwant %q", tt.yaml, code, stderr, tt.want)
 		}
 	}
-	// A V4L2 camera that is not plugged in yet: run waits for it, so check only warns.
+	// --file-only checks the file alone (a build host has none of the satellite's devices).
 	path := filepath.Join(dir, "omnisat.yaml")
+	os.WriteFile(path, []byte("server:\n  url: ws://gw/v1/realtime\naudio:\n  input: file:missing.wav\n  output: hw:9\nstate_dir: "+aFile+"\n"), 0o600)
+	if code, out, stderr := runCLI(t, "config", "check", "--file-only", "-c", path); code != exitOK || !strings.Contains(out, ": ok (") {
+		t.Errorf("config check --file-only: exit %d\n%s%s", code, out, stderr)
+	}
+	// A V4L2 camera that is not plugged in yet: run waits for it, so check only warns.
 	os.WriteFile(path, []byte(base+"camera:\n  source: /dev/video97\nstate_dir: "+dir+"\n"), 0o600)
 	if code, out, stderr := runCLI(t, "config", "check", "-c", path); code != exitOK ||
 		!strings.Contains(stderr, "warning: camera.source: /dev/video97 does not exist now; run waits for the camera to be plugged in") {
