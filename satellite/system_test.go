@@ -166,7 +166,9 @@ func TestReloadHandsOverUnchangedParts(t *testing.T) {
 	}
 	sys = running
 
-	// A session setting: a new agent and session on the devices handed over.
+	// A session setting: a new agent and session on the devices handed over. What commands set
+	// carries over (the new agent reads the settings file after the old one's last write).
+	sys.Agent().Mute(true)
 	running, err = sys.Reload(context.Background(), r.config(r.audio("a", speech, ""), func(c *satellite.Config) {
 		c.Agent.Config.Chunk = 500 * time.Millisecond
 	}))
@@ -175,8 +177,9 @@ func TestReloadHandsOverUnchangedParts(t *testing.T) {
 	}
 	sys = running
 	second := listening(t, sys)
-	if second == first || r.opens.Load() != 1 || r.closes.Load() != 0 {
-		t.Fatalf("session %s (was %s); audio opened %d times, closed %d", second, first, r.opens.Load(), r.closes.Load())
+	if second == first || r.opens.Load() != 1 || r.closes.Load() != 0 || !sys.Agent().Status().Muted {
+		t.Fatalf("session %s (was %s); audio opened %d times, closed %d; muted %v", second, first, r.opens.Load(), r.closes.Load(),
+			sys.Agent().Status().Muted)
 	}
 	if resp := status(t, filepath.Join(r.dir, "control.sock")); !resp.OK || resp.Status.SessionID != second {
 		t.Fatalf("the control socket drives %+v, want session %s", resp, second)
