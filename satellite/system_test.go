@@ -153,29 +153,31 @@ func status(t *testing.T, sock string) *control.Response {
 func TestReloadHandsOverUnchangedParts(t *testing.T) {
 	r := newRig(t)
 	sys := r.start(r.config(r.audio("a", speech, ""), nil))
+	reload := func(audioKey string, edit func(*satellite.Config)) {
+		t.Helper()
+		running, err := sys.Reload(context.Background(), r.config(r.audio(audioKey, speech, ""), edit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sys = running
+	}
 	first := listening(t, sys)
-	mic := sys.Agent()
+	agentBefore := sys.Agent()
 
 	// A live change: the same agent, the same session.
-	running, err := sys.Reload(context.Background(), r.config(r.audio("a", speech, ""), func(c *satellite.Config) {
+	reload("a", func(c *satellite.Config) {
 		v := 40
 		c.Agent.Volume = &v
-	}))
-	if err != nil || running.Agent() != mic || listening(t, running) != first || running.Agent().Status().Volume != 40 {
-		t.Fatalf("volume reload: %v; session %s (was %s), volume %d", err, listening(t, running), first, running.Agent().Status().Volume)
+	})
+	if sys.Agent() != agentBefore || listening(t, sys) != first || sys.Agent().Status().Volume != 40 {
+		t.Fatalf("volume reload: session %s (was %s), volume %d", listening(t, sys), first, sys.Agent().Status().Volume)
 	}
-	sys = running
 
 	// A session setting: a new agent and session on the devices handed over. What commands set
 	// carries over (the new agent reads the settings file after the old one's last write).
 	sys.Agent().Mute(true)
-	running, err = sys.Reload(context.Background(), r.config(r.audio("a", speech, ""), func(c *satellite.Config) {
-		c.Agent.Config.Chunk = 500 * time.Millisecond
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys = running
+	halfSecond := func(c *satellite.Config) { c.Agent.Config.Chunk = 500 * time.Millisecond }
+	reload("a", halfSecond)
 	second := listening(t, sys)
 	if second == first || r.opens.Load() != 1 || r.closes.Load() != 0 || !sys.Agent().Status().Muted {
 		t.Fatalf("session %s (was %s); audio opened %d times, closed %d; muted %v", second, first, r.opens.Load(), r.closes.Load(),
@@ -186,30 +188,17 @@ func TestReloadHandsOverUnchangedParts(t *testing.T) {
 	}
 
 	// A token read from its file again (the file's text is the same): a new session with it.
-	running, err = sys.Reload(context.Background(), r.config(r.audio("a", speech, ""), func(c *satellite.Config) {
-		c.Agent.Config.Chunk = 500 * time.Millisecond
-		c.Agent.Server.Token = "rotated"
-	}))
-	if err != nil {
-		t.Fatal(err)
+	rotated := func(c *satellite.Config) { halfSecond(c); c.Agent.Server.Token = "rotated" }
+	reload("a", rotated)
+	third := listening(t, sys)
+	if third == second || r.opens.Load() != 1 {
+		t.Fatalf("after a new token: session %s (was %s), audio opened %d times", third, second, r.opens.Load())
 	}
-	sys = running
-	if id := listening(t, sys); id == second || r.opens.Load() != 1 {
-		t.Fatalf("after a new token: session %s (was %s), audio opened %d times", id, second, r.opens.Load())
-	}
-	second = listening(t, sys)
 
 	// A changed audio part: opened beside the running one, which is closed after the swap.
-	running, err = sys.Reload(context.Background(), r.config(r.audio("b", speech, ""), func(c *satellite.Config) {
-		c.Agent.Config.Chunk = 500 * time.Millisecond
-		c.Agent.Server.Token = "rotated"
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys = running
-	if third := listening(t, sys); third == second || r.opens.Load() != 2 || r.closes.Load() != 1 {
-		t.Fatalf("session %s (was %s); audio opened %d times, closed %d", third, second, r.opens.Load(), r.closes.Load())
+	reload("b", rotated)
+	if fourth := listening(t, sys); fourth == third || r.opens.Load() != 2 || r.closes.Load() != 1 {
+		t.Fatalf("session %s (was %s); audio opened %d times, closed %d", fourth, third, r.opens.Load(), r.closes.Load())
 	}
 	if n := len(r.sim.Sessions()); n != 4 {
 		t.Fatalf("%d sessions on the server, want 4", n)
