@@ -210,6 +210,9 @@ func TestDuplexParrot(t *testing.T) {
 			if !reflect.DeepEqual(rec.Audio[:len(sent)], sent) {
 				t.Errorf("the server did not receive the audio sample for sample")
 			}
+			if n := min(len(r.audio), len(rec.ReplyAudio)); n < 48000 || !reflect.DeepEqual(r.audio[:n], rec.ReplyAudio[:n]) {
+				t.Errorf("the reply audio did not arrive sample for sample (%d of %d samples compared)", n, len(rec.ReplyAudio))
+			}
 			if tt.mode == realtime.ModeVideo && (len(rec.Appends[0].Frames) != 1 || rec.Appends[0].Frames[0].Width != 64) {
 				t.Errorf("frames %+v", rec.Appends[0].Frames)
 			}
