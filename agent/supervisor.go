@@ -509,6 +509,10 @@ func (s *Supervisor) updateStatus(f func(*Status)) {
 // is live, so audio captured while connecting can be kept.
 func (s *Supervisor) captureLoop(ctx context.Context) error {
 	chunkSamples := durationToSamples(s.cfg.Chunk)
+	if n := s.server.AudioFrameSamples(); n > 0 {
+		// OpenVoice's VAD judges each frame whole: send it small frames as they are captured.
+		chunkSamples = n
+	}
 	framesEvery := 0
 	if s.server.Mode == realtime.ModeVideo && s.cfg.FramesPerChunk > 0 {
 		framesEvery = chunkSamples / s.cfg.FramesPerChunk
