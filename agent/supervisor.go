@@ -115,7 +115,7 @@ type Supervisor struct {
 // New checks the options and builds a supervisor; nothing runs until Run.
 func New(o Options) (*Supervisor, error) {
 	o.Config = o.Config.WithDefaults()
-	if err := o.Config.Validate(); err != nil {
+	if err := o.Config.check(); err != nil {
 		return nil, err
 	}
 	if o.Audio == nil || o.Speaker == nil {
