@@ -128,22 +128,28 @@ func (l *liveEcho) played(t *testing.T) int {
 }
 
 // waitEcho waits until the microphone's recording holds the start of ref (the model's speech,
-// 16 kHz) after the user's request, and returns where it starts, at 16 kHz. Only the start is
-// looked for: when the machine is busy the speaker may underrun, which moves the rest of the
-// model's speech later by the silence it inserts.
+// 16 kHz) after the user's request, and returns where ref's first sample is, at 16 kHz. After
+// the request the microphone hears nothing but the speaker, so the first sound is the echo's
+// start; its first 3 s are then followed through any underrun gap a busy machine inserts, to
+// make sure it is the model's speech.
 func (l *liveEcho) waitEcho(t *testing.T, ref []float32) int {
 	t.Helper()
 	probe := ref[:min(len(ref), 3*e2eRate)]
+	lead := onset(probe)
 	from := l.askAt + len(l.ask16)
 	for {
 		if err := l.heard.WaitLen(l.heard.Len()+l.heard.Rate/2, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		h := l.heard16(t)
-		if len(h) < from+len(probe) {
-			continue
-		}
-		if at, c := find(probe, h, from, len(h)-from); c >= 0.5 && at+len(probe) <= len(h) {
+		if on := onset(h[min(from, len(h)):]); on >= 0 && from+on+len(probe)+2*e2eRate <= len(h) {
+			// Lined up exactly on its first quarter second of sound, then followed.
+			at, _ := find(probe[lead:lead+e2eRate/4], h, from+on-e2eRate/10, e2eRate/2)
+			at -= lead
+			if _, worst := signaltest.Follow(probe, h, at, e2eRate/2, 2*e2eRate, e2eRate/200); worst < 0.5 {
+				t.Fatalf("the first sound at the microphone after the request (%.2f s) is not the model's speech: "+
+					"worst half second ncc %.2f", float64(at)/e2eRate, worst)
+			}
 			l.echoAt = at
 			return at
 		}
