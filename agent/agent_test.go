@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +71,7 @@ type setup struct {
 	noStart  bool
 	frames   agent.FrameSource
 	dialWrap func(agent.DialFunc) agent.DialFunc
+	chatWrap func(agent.ChatFunc) agent.ChatFunc
 }
 
 func newHarness(t testing.TB, su setup) *harness {
@@ -94,7 +96,7 @@ func newHarness(t testing.TB, su setup) *harness {
 		su.speed = 4
 	}
 	h.source = devices.NewPacedSource(su.audio, 16000, false, su.speed)
-	h.speaker = devices.NewFileSpeaker("", 24000)
+	h.speaker = devices.NewFileSpeaker(filepath.Join(t.TempDir(), "speaker.wav"), 24000)
 	t.Cleanup(func() { h.speaker.Close() })
 	mode := realtime.ModeAudio
 	if su.frames != nil {
@@ -121,8 +123,12 @@ func newHarness(t testing.TB, su setup) *harness {
 	if su.dialWrap != nil {
 		dial = su.dialWrap(dial)
 	}
+	chat := agent.ChatFunc(realtime.Chat)
+	if su.chatWrap != nil {
+		chat = su.chatWrap(chat)
+	}
 	sup, err := agent.New(agent.Options{Config: cfg, Server: server, Audio: h.source, Speaker: h.speaker, Frames: su.frames,
-		Dial: dial, Rand: rand.New(rand.NewPCG(1, 2))})
+		Dial: dial, Chat: chat, Rand: rand.New(rand.NewPCG(1, 2))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,17 +620,17 @@ func TestAskAndSay(t *testing.T) {
 	// Ask and Say open a chat session beside the duplex one: the server needs a second worker.
 	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 2}})
 	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
-	h.sup.Ask("q1", "Reply with exactly: forty-two", false)
+	h.sup.Ask("q1", "Reply with exactly: forty-two", agent.TurnOptions{})
 	ev := h.waitFor("answer", 5*time.Second, func(ev agent.Event) bool { _, ok := ev.(agent.Answer); return ok })
 	if a := ev.(agent.Answer); a.ID != "q1" || a.Text != "forty-two" || a.Error != "" {
 		t.Fatalf("answer %+v", a)
 	}
-	h.sup.Ask("q2", "what do you see?", true)
+	h.sup.Ask("q2", "what do you see?", agent.TurnOptions{Snapshot: true})
 	ev = h.waitFor("answer", 5*time.Second, func(ev agent.Event) bool { _, ok := ev.(agent.Answer); return ok })
 	if a := ev.(agent.Answer); a.ID != "q2" || !strings.Contains(a.Error, "camera") {
 		t.Fatalf("snapshot without camera: %+v", a)
 	}
-	h.sup.Say("s1", "good evening")
+	h.sup.Say("s1", "good evening", agent.TurnOptions{})
 	ev = h.waitFor("said", 5*time.Second, func(ev agent.Event) bool { _, ok := ev.(agent.Answer); return ok })
 	if a := ev.(agent.Answer); a.ID != "s1" || a.Error != "" {
 		t.Fatalf("say %+v", a)
@@ -646,7 +652,7 @@ func TestOpenVoice(t *testing.T) {
 	if u := ev.(agent.Utterance); !strings.Contains(u.Text, "speech") {
 		t.Fatalf("transcript %+v", u)
 	}
-	h.sup.Say("s1", "hello there")
+	h.sup.Say("s1", "hello there", agent.TurnOptions{})
 	h.waitFor("speaking", 5*time.Second, isState(agent.StateSpeaking))
 	h.noRejections()
 }

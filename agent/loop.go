@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/omnisat/omnisat/pipeline"
 	"github.com/omnisat/omnisat/realtime"
 )
 
@@ -29,6 +30,18 @@ type live struct {
 	replyText  strings.Builder
 	replyStart time.Time
 	lastDelta  time.Duration // duration of the newest reply audio delta
+	// resampler brings reply audio at another rate (OpenVoice's TTS rate) to the speaker's 24 kHz.
+	resampler *pipeline.Resampler
+
+	says []*pendingSay // OpenVoice tts.speak requests waiting for tts.speaking_end, oldest first
+}
+
+// pendingSay is a Say on an OpenVoice session: it succeeds when the speech has been synthesised
+// (tts.speaking_end), fails on an error before that, when the session ends, or at its deadline.
+type pendingSay struct {
+	id, text string
+	started  bool // tts.speaking_start seen
+	deadline *time.Timer
 }
 
 type sessEvent struct {
@@ -74,9 +87,12 @@ type loop struct {
 func (l *loop) run(captureErr <-chan error) error {
 	s := l.s
 	l.lastActive = s.now()
-	if s.cfg.Policy == PolicyAlways {
+	if s.cfg.Policy == PolicyAlways && !s.held.Load() {
 		l.start("policy always")
 	} else {
+		if s.held.Load() {
+			s.log.Info("agent: a stop command holds the session off (ctl start or cmd/session start resumes)")
+		}
 		l.publish()
 	}
 	ticker := time.NewTicker(stateTick)
@@ -190,6 +206,7 @@ func (l *loop) retire(lv *live) {
 }
 
 func (l *loop) closeAsync(lv *live, reason string) {
+	l.failSays(lv, "the session ended before the speech was finished")
 	l.retire(lv)
 	lv.planned = true
 	l.wg.Add(1)
@@ -399,7 +416,7 @@ func (l *loop) handleSession(se sessEvent) {
 		}
 		l.openReply(lv)
 		lv.lastDelta = time.Duration(len(ev.Samples)) * time.Second / time.Duration(ev.SampleRate)
-		s.speaker.Play(ev.Samples)
+		s.speaker.Play(lv.toSpeakerRate(ev, s.log))
 		l.lastActive = s.now()
 		l.updatePlayback()
 	case realtime.TurnDone:
@@ -407,25 +424,69 @@ func (l *loop) handleSession(se sessEvent) {
 			l.finishReply(lv)
 		}
 	case realtime.MetricsUpdate:
-		if ev.Metrics.KVCacheLength > 0 {
-			lv.kv = ev.Metrics.KVCacheLength
-			if lv == l.cur {
-				s.updateStatus(func(st *Status) { st.KVCacheLength = lv.kv })
+		m := ev.Metrics
+		step := m.PrefillMS > 0 || m.GenerateMS > 0 || m.WallClockMS > 0
+		if (m.KVCacheLength > 0 || step) && lv == l.cur {
+			if m.KVCacheLength > 0 {
+				lv.kv = m.KVCacheLength
 			}
+			s.updateStatus(func(st *Status) {
+				st.KVCacheLength = lv.kv
+				if step {
+					st.LastStep = &StepMetrics{PrefillMS: m.PrefillMS, GenerateMS: m.GenerateMS, WallClockMS: m.WallClockMS,
+						Tokens: m.NTokens, TTSTokens: m.NTTSTokens, At: s.now()}
+				}
+			})
+		} else if m.KVCacheLength > 0 {
+			lv.kv = m.KVCacheLength
 		}
 	case realtime.Transcript:
-		u := Utterance{Role: "user", Text: ev.Text, SessionID: lv.id, End: s.now(), Partial: !ev.Final}
+		u := Utterance{Role: "user", Text: ev.Text, SessionID: lv.id, End: s.now(), Partial: !ev.Final,
+			Language: ev.Language, Duration: ev.Duration}
 		u.Start = u.End.Add(-ev.Duration)
 		if ev.Final {
 			l.remember(u)
 		}
 		s.bus.publish(u)
+	case realtime.VAD:
+		if lv == l.cur {
+			s.bus.publish(VoiceActivity{Source: "server", Speaking: ev.Speaking, At: s.now()})
+		}
 	case realtime.TTSState:
+		if !ev.Speaking && lv.resampler != nil && lv == l.cur {
+			s.speaker.Play(lv.resampler.Flush(nil)) // the tail the filter held back
+		}
+		l.ttsState(lv, ev.Speaking)
 		l.updatePlayback()
+	case realtime.FramesDropped:
+		s.log.Warn("agent: the server dropped audio (it was sent faster than it takes)", "dropped", ev.Dropped)
+		s.bus.publish(Lifecycle{Kind: "audio_dropped", SessionID: lv.id, At: s.now(),
+			Reason: fmt.Sprintf("the server dropped %v of audio: %s", ev.Dropped, ev.Message)})
+	case realtime.RateLimit:
+		// The session already holds its audio back as asked.
+		s.log.Debug("agent: the server asks to slow down", "delay", ev.Delay)
 	case realtime.ErrorEvent:
 		s.log.Warn("agent: server problem (session continues)", "err", ev.Err)
 		s.bus.publish(Lifecycle{Kind: "error", SessionID: lv.id, Reason: ev.Err.Error(), At: s.now()})
+		l.sayFailed(lv, ev.Err.Error())
 	}
+}
+
+// toSpeakerRate returns the delta's samples at the speaker's 24 kHz, resampling audio tagged
+// with another rate (an OpenVoice server's TTS rate).
+func (lv *live) toSpeakerRate(ev realtime.AudioDelta, log interface{ Warn(string, ...any) }) []float32 {
+	if ev.SampleRate == outputRate || ev.SampleRate <= 0 {
+		return ev.Samples
+	}
+	if lv.resampler == nil || lv.resampler.InRate() != ev.SampleRate {
+		r, err := pipeline.NewResampler(ev.SampleRate, outputRate)
+		if err != nil {
+			log.Warn("agent: reply audio at an unplayable rate", "rate", ev.SampleRate, "err", err)
+			return nil
+		}
+		lv.resampler = r
+	}
+	return lv.resampler.Process(nil, ev.Samples)
 }
 
 func (l *loop) openReply(lv *live) {
@@ -491,6 +552,7 @@ func (l *loop) interrupted() {
 func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 	s := l.s
 	l.retire(lv)
+	l.failSays(lv, "the session ended before the speech was finished")
 	l.s.sendMu.Lock()
 	s.active.CompareAndSwap(lv, nil)
 	l.cur = nil
@@ -538,6 +600,7 @@ func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 
 func (l *loop) handleSpeech(speaking bool) {
 	l.publish() // the speech flag is part of the status
+	l.s.bus.publish(VoiceActivity{Source: "local", Speaking: speaking, At: l.s.now()})
 	if !speaking {
 		return
 	}
@@ -694,14 +757,18 @@ func (l *loop) shutdown() {
 	}
 }
 
-func (l *loop) ask(id, question string, snapshot bool) {
+// turnTimeout bounds a turn-based request (ask, say) from dial to the last word.
+const turnTimeout = 2 * time.Minute
+
+func (l *loop) ask(id, question string, o TurnOptions) {
 	s := l.s
 	if s.chatCfg.Dialect != realtime.DialectCurrent {
 		s.bus.publish(Answer{ID: id, Error: fmt.Sprintf("ask needs a MiniCPM-o server of the current dialect with chat mode (server is %s)", s.chatCfg.Dialect)})
 		return
 	}
 	msg := realtime.ChatMessage{Role: "user", Text: question}
-	if snapshot {
+	req := realtime.ChatRequest{Stream: true, MaxNewTokens: o.MaxNewTokens, EnableThinking: o.Thinking}
+	if o.Snapshot {
 		if s.frames == nil || !s.cameraOn.Load() {
 			s.bus.publish(Answer{ID: id, Error: "no camera frame for the snapshot (camera off or missing)"})
 			return
@@ -712,63 +779,169 @@ func (l *loop) ask(id, question string, snapshot bool) {
 			return
 		}
 		msg.Images = [][]byte{f}
+		// The picture is sliced as the session's video is (server.max_slice_nums).
+		req.ImageMaxSliceNums = s.server.Init.MaxSliceNums
 	}
-	req := realtime.ChatRequest{Stream: true, Messages: []realtime.ChatMessage{msg}}
+	if o.Voice != "" {
+		s.bus.publish(Answer{ID: id, Error: "ask answers in text: a voice applies to say"})
+		return
+	}
+	req.Messages = []realtime.ChatMessage{msg}
 	if base := s.currentInstructions(); base != "" {
 		req.Messages = append([]realtime.ChatMessage{{Role: "system", Text: base}}, req.Messages...)
 	}
 	l.runTurn(id, req, false)
 }
 
-func (l *loop) say(id, text string) {
+func (l *loop) say(id, text string, o TurnOptions) {
 	s := l.s
 	if strings.TrimSpace(text) == "" {
 		s.bus.publish(Answer{ID: id, Error: "nothing to say"})
 		return
 	}
+	if o.Snapshot {
+		s.bus.publish(Answer{ID: id, Error: "say takes no snapshot"})
+		return
+	}
 	if s.server.Dialect == realtime.DialectOpenVoice {
-		if l.cur == nil {
-			s.bus.publish(Answer{ID: id, Error: "no OpenVoice session to speak on"})
-			return
-		}
-		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
-		err := l.cur.sess.Speak(ctx, text, "")
-		cancel()
-		if err != nil {
-			s.bus.publish(Answer{ID: id, Error: err.Error()})
-			return
-		}
-		s.bus.publish(Answer{ID: id, Text: text})
+		l.speakOpenVoice(id, text, o.Voice)
 		return
 	}
 	if s.chatCfg.Dialect != realtime.DialectCurrent {
 		s.bus.publish(Answer{ID: id, Error: "say needs chat mode with TTS (current dialect)"})
 		return
 	}
-	req := realtime.ChatRequest{Stream: true, TTS: true,
-		Messages: []realtime.ChatMessage{{Role: "user", Text: "Reply with exactly: " + text}}}
+	req := realtime.ChatRequest{Stream: true, TTS: true, MaxNewTokens: o.MaxNewTokens, EnableThinking: o.Thinking,
+		TTSRefAudio: s.server.Init.TTSRefAudio, // the configured voice (server.tts_ref_audio)
+		Messages:    []realtime.ChatMessage{{Role: "user", Text: "Reply with exactly: " + text}}}
+	if o.Voice != "" {
+		if s.voices == nil {
+			s.bus.publish(Answer{ID: id, Error: fmt.Sprintf("voice %q: no named voices on this satellite", o.Voice)})
+			return
+		}
+		ref, err := s.voices(o.Voice)
+		if err != nil {
+			s.bus.publish(Answer{ID: id, Error: fmt.Sprintf("voice %q: %v", o.Voice, err)})
+			return
+		}
+		req.TTSRefAudio = ref
+	}
 	l.runTurn(id, req, true)
 }
 
+// speakOpenVoice sends tts.speak on the live OpenVoice session; the answer comes when the
+// server says the speech is done (tts.speaking_end), or fails with the server's error.
+func (l *loop) speakOpenVoice(id, text, voice string) {
+	s := l.s
+	if l.cur == nil {
+		s.bus.publish(Answer{ID: id, Error: "no OpenVoice session to speak on"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+	_, err := l.cur.sess.Speak(ctx, realtime.Speech{Text: text, Voice: voice})
+	cancel()
+	if err != nil {
+		s.bus.publish(Answer{ID: id, Error: err.Error()})
+		return
+	}
+	lv := l.cur
+	p := &pendingSay{id: id, text: text}
+	p.deadline = time.AfterFunc(turnTimeout, func() {
+		s.do(func(l *loop) { l.sayTimedOut(lv, p) })
+	})
+	lv.says = append(lv.says, p)
+}
+
+// ttsState follows tts.speaking_start/end for the oldest pending say.
+func (l *loop) ttsState(lv *live, speaking bool) {
+	if len(lv.says) == 0 {
+		return
+	}
+	p := lv.says[0]
+	if speaking {
+		p.started = true
+		return
+	}
+	if !p.started {
+		return // the end of something spoken before this request
+	}
+	lv.says = lv.says[1:]
+	p.deadline.Stop()
+	l.s.bus.publish(Answer{ID: p.id, Text: p.text})
+}
+
+// sayFailed: a server error while a say waits for its speech to start is that say's failure
+// (a failed synthesis gives only an error).
+func (l *loop) sayFailed(lv *live, msg string) {
+	if len(lv.says) == 0 || lv.says[0].started {
+		return
+	}
+	p := lv.says[0]
+	lv.says = lv.says[1:]
+	p.deadline.Stop()
+	l.s.bus.publish(Answer{ID: p.id, Error: "the server refused the speech: " + msg})
+}
+
+func (l *loop) sayTimedOut(lv *live, p *pendingSay) {
+	for i, q := range lv.says {
+		if q == p {
+			lv.says = append(lv.says[:i], lv.says[i+1:]...)
+			l.s.bus.publish(Answer{ID: p.id, Error: fmt.Sprintf("no end of speech from the server within %v", turnTimeout)})
+			return
+		}
+	}
+}
+
+// failSays ends every say still waiting on lv.
+func (l *loop) failSays(lv *live, why string) {
+	for _, p := range lv.says {
+		p.deadline.Stop()
+		l.s.bus.publish(Answer{ID: p.id, Error: why})
+	}
+	lv.says = nil
+}
+
 // runTurn runs a chat request beside the duplex session; speak plays its audio as it streams.
+// The text streams as AnswerDelta events; a server error ends the turn at once with the
+// server's message.
 func (l *loop) runTurn(id string, req realtime.ChatRequest, speak bool) {
 	s := l.s
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(l.ctx, 2*time.Minute)
+		ctx, cancel := context.WithTimeout(l.ctx, turnTimeout)
 		defer cancel()
+		var serverErr atomic.Pointer[realtime.Error]
 		reply, err := s.chat(ctx, s.chatCfg, req, func(ev realtime.Event) {
-			if d, ok := ev.(realtime.AudioDelta); ok && speak {
-				s.speaker.Play(d.Samples)
+			switch ev := ev.(type) {
+			case realtime.AudioDelta:
+				if speak {
+					s.speaker.Play(ev.Samples)
+				}
+			case realtime.TextDelta:
+				if ev.Text != "" {
+					s.bus.publish(AnswerDelta{ID: id, Text: ev.Text})
+				}
+			case realtime.ErrorEvent:
+				if ev.Err != nil && serverErr.CompareAndSwap(nil, ev.Err) {
+					cancel()
+				}
 			}
 		})
+		if e := serverErr.Load(); e != nil {
+			s.bus.publish(Answer{ID: id, Error: "server error: " + e.Error()})
+			return
+		}
 		if err != nil {
 			s.bus.publish(Answer{ID: id, Error: err.Error()})
 			return
 		}
 		if speak && len(reply.Audio) > 0 && !req.Stream {
 			s.speaker.Play(reply.Audio)
+		}
+		if strings.TrimSpace(reply.Text) == "" && len(reply.Audio) == 0 {
+			s.bus.publish(Answer{ID: id, Error: "the server ended the turn with no text and no audio"})
+			return
 		}
 		s.bus.publish(Answer{ID: id, Text: reply.Text})
 	}()

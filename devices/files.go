@@ -279,6 +279,26 @@ func (f *FileSpeaker) Stats() SpeakerStats {
 	return SpeakerStats{PlaybackStats: f.pb.Stats(), Peak: f.peak}
 }
 
+// Recording brings the WAV file up to date and reads back what it holds: everything played so
+// far, silence included (nothing without a file). The speaker itself keeps no samples: this is
+// for tests that check what was played.
+func (f *FileSpeaker) Recording() ([]float32, error) {
+	f.mu.Lock()
+	f.catchUp()
+	var path string
+	if f.file != nil && f.err == nil && !f.closed {
+		f.err = f.file.Flush()
+		path = f.file.Path()
+	}
+	err := f.err
+	f.mu.Unlock()
+	if err != nil || path == "" {
+		return nil, err
+	}
+	a, err := wav.ReadFile(path)
+	return a.Samples, err
+}
+
 // Err is the WAV file's first failure (nil without a file).
 func (f *FileSpeaker) Err() error {
 	f.mu.Lock()

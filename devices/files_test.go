@@ -257,6 +257,12 @@ func TestWAVSpeakerFlushesWhilePlaying(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if rec, err := spk.Recording(); err != nil || len(rec) < 24000*3/2 {
+		t.Fatalf("Recording: %d samples, %v", len(rec), err)
+	}
+	if rec, err := NewFileSpeaker("", 24000).Recording(); rec != nil || err != nil {
+		t.Fatalf("a speaker without a file recorded %d samples (%v)", len(rec), err)
+	}
 	if bad := NewFileSpeaker(filepath.Join(t.TempDir(), "missing", "x.wav"), 24000); bad.Err() == nil {
 		t.Fatal("a file in a missing folder gave no error")
 	}

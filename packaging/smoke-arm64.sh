@@ -14,7 +14,8 @@ out=$(run version)
 echo "smoke arm64: $out"
 case "$out" in "omnisat "*) ;; *) echo "smoke arm64: unexpected version output" >&2; exit 1 ;; esac
 
-run config check -c configs/omnisat.example.yaml
+# The file alone: under qemu on the build host there are none of the satellite's devices.
+run config check --file-only -c configs/omnisat.example.yaml
 echo "smoke arm64: config check passed"
 
 # The camera program on a two-second test video: its stream starts with its header and holds a

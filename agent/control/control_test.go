@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +22,19 @@ import (
 // newServer serves an on_demand agent (it dials nothing until told to) on a socket in a temp dir.
 func newServer(t *testing.T) (string, *agent.Supervisor) {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "run", "control.sock")
+	srv, sup := listen(t, path, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx); close(done) }()
+	go sup.Run(ctx)
+	t.Cleanup(func() { cancel(); <-done })
+	return path, sup
+}
+
+// listen makes an on_demand agent and a control socket for it at path.
+func listen(t *testing.T, path string, log *slog.Logger) (*Server, *agent.Supervisor) {
+	t.Helper()
 	spk := devices.NewFileSpeaker("", 24000)
 	t.Cleanup(func() { spk.Close() })
 	sup, err := agent.New(agent.Options{
@@ -34,17 +48,11 @@ func newServer(t *testing.T) (string, *agent.Supervisor) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "run", "control.sock")
-	srv, err := Listen(path, sup, nil)
+	srv, err := Listen(path, sup, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Serve(ctx); close(done) }()
-	go sup.Run(ctx)
-	t.Cleanup(func() { cancel(); <-done })
-	return path, sup
+	return srv, sup
 }
 
 func TestCommands(t *testing.T) {
@@ -58,6 +66,18 @@ func TestCommands(t *testing.T) {
 	if err != nil || !resp.OK || !resp.Status.Muted {
 		t.Fatalf("mute: %v %+v", err, resp)
 	}
+	// A speaker without a volume control (a file, none) still shows the volume set.
+	resp, err = Call(ctx, path, Request{Cmd: "volume", Arg: "37"})
+	if err != nil || !resp.OK || resp.Status.Volume != 37 || resp.Status.PlaybackUnderruns != nil {
+		t.Fatalf("volume 37 without a volume control: %v %+v", err, resp)
+	}
+	if b, _ := json.Marshal(resp.Status); strings.Contains(string(b), ":-1") {
+		t.Fatalf("status JSON holds a -1 sentinel: %s", b)
+	}
+	resp, err = Call(ctx, path, Request{Cmd: "settings", Arg: "reset"})
+	if err != nil || !resp.OK || resp.Status.Muted || resp.Status.Volume != 100 || len(resp.Status.Overrides) != 0 {
+		t.Fatalf("settings reset: %v %+v", err, resp)
+	}
 	for _, tt := range []struct {
 		req  Request
 		want string
@@ -67,7 +87,9 @@ func TestCommands(t *testing.T) {
 		{Request{Cmd: "mute", Arg: "loud"}, `"loud" is not on or off`},
 		{Request{Cmd: "say"}, "say: no text"},
 		{Request{Cmd: "volume", Arg: "loud"}, "not a number"},
-		{Request{Cmd: "volume", Arg: "50"}, "no volume control"},
+		{Request{Cmd: "volume", Arg: "150"}, "outside 0..100"},
+		{Request{Cmd: "settings", Arg: "forget"}, `"forget" is not reset`},
+		{Request{Cmd: "say", Text: "hi", MaxNewTokens: -1}, "max_new_tokens -1"},
 		{Request{Cmd: "ask", Text: "what?", Snapshot: true}, "no camera"},
 	} {
 		resp, err := Call(ctx, path, tt.req)
@@ -130,4 +152,29 @@ func FuzzRequest(f *testing.F) {
 		var req Request
 		_ = json.Unmarshal(line, &req)
 	})
+}
+
+// A reload replaces the agent behind the socket: between two agents requests are told to try
+// again, and then they reach the new one.
+func TestAgentReplaced(t *testing.T) {
+	dir := t.TempDir()
+	srv, first := listen(t, filepath.Join(dir, "control.sock"), nil)
+	_, second := listen(t, filepath.Join(dir, "other.sock"), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	first.Mute(true)
+	path := filepath.Join(dir, "control.sock")
+	if resp, err := Call(ctx, path, Request{Cmd: "status"}); err != nil || !resp.Status.Muted {
+		t.Fatalf("first agent: %v %+v", err, resp)
+	}
+	srv.SetAgent(nil)
+	if resp, err := Call(ctx, path, Request{Cmd: "status"}); err != nil || resp.OK || !strings.Contains(resp.Error, "restarting") {
+		t.Fatalf("between agents: %v %+v", err, resp)
+	}
+	srv.SetAgent(second)
+	if resp, err := Call(ctx, path, Request{Cmd: "status"}); err != nil || !resp.OK || resp.Status.Muted {
+		t.Fatalf("second agent: %v %+v", err, resp)
+	}
 }

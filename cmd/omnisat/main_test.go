@@ -41,6 +41,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"chat", "hi"}, exitUsage, "no server"},
 		{[]string{"chat", "--server", "ws://x", "--dialect", "legacy", "hi"}, exitUsage, "legacy dialect has no chat mode"},
 		{[]string{"simulate", "--fault", "explode"}, exitUsage, "explode"},
+		{[]string{"simulate", "--quirk", "slow"}, exitUsage, `quirk "slow" is unknown`},
 		{[]string{"version", "extra"}, exitUsage, "unexpected argument"},
 		{[]string{"ctl"}, exitUsage, "no command"},
 		{[]string{"ctl", "--socket", "/nonexistent.sock", "dance"}, exitUsage, "unknown command"},
@@ -110,7 +111,9 @@ func TestChatFailures(t *testing.T) {
 		{"busy", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultRefuse}}}, exitFailure, "worker_busy"},
 		{"queue full", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultRefuse, Code: "queue_full"}}}, exitFailure, "queue_full"},
 		{"chat disabled", realtimetest.Options{ChatDisabled: true}, exitConfig, "1008"},
-		{"wrong dialect", realtimetest.Options{Dialect: realtimetest.Legacy}, exitConfig, "set dialect: legacy"},
+		// A legacy gateway ignores a current-dialect init: no answer is no proof of the wrong
+		// dialect, so it is a failure (exit 1) whose message points at the likely cause.
+		{"wrong dialect", realtimetest.Options{Dialect: realtimetest.Legacy}, exitFailure, "is this a legacy gateway?"},
 		{"dropped", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultDrop}}}, exitFailure, "cut"},
 		{"closed early", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultClose, Reason: "backend_error"}}}, exitFailure, "backend_error"},
 		{"oversize", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultOversize, Size: 20 << 20}}}, exitFailure, "larger than"},
@@ -209,7 +212,7 @@ func TestRunConfigErrors(t *testing.T) {
 		{"server:\n  url: ws://x/v1/realtime\nsession:\n  chunk: 5s\n", "session.chunk"},
 		{"server: {}\n", "server.url: empty"},
 		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: file:/nonexistent.wav\n", "nonexistent.wav"},
-		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: hw:1\n", `open microphone "hw:1"`},
+		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: hw:1\n", `audio.input: find input device "hw:1"`},
 		{"server:\n  url: ws://x/v1/realtime\naudio:\n  volume: 120\n", "audio.volume: 120"},
 		{"server:\n  url: ws://x/v1/realtime\ncamera:\n  quality: 101\n", "camera.quality: 101"},
 		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: auto\n", "audio.input_fallback"},

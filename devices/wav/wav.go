@@ -312,6 +312,9 @@ func (w *Writer) Write(samples []float32) error {
 	return w.err
 }
 
+// Path is the file's path.
+func (w *Writer) Path() string { return w.path }
+
 // Frames is the number of sample frames written so far.
 func (w *Writer) Frames() int64 { return w.data / 2 / int64(w.channels) }
 

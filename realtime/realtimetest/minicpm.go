@@ -2,6 +2,7 @@ package realtimetest
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -26,6 +27,12 @@ func (s *session) mcHandle(f inFrame) {
 		m, err = decodeCurrent(f.data, s.mode)
 	}
 	if err != nil {
+		var unknown *unknownEventError
+		if s.dialect == Legacy && errors.As(err, &unknown) {
+			// The legacy gateway drops event types it does not know without a word.
+			s.reject(err.Error() + " (ignored by the real server: the legacy gateway drops it without an answer)")
+			return
+		}
 		s.violate(err.Error())
 		return
 	}
@@ -36,13 +43,10 @@ func (s *session) mcHandle(f inFrame) {
 	switch {
 	case m.Type == evSessionClose:
 		s.closeEcho(m.CloseReason)
-	case s.state == stContextFull && f.at.Sub(s.contextFullAt) < s.srv.opts.InFlightGrace:
-		// Sent before the client could have read session.closed: in flight, not a bug.
-		s.srv.update(func() { s.rec.IgnoredAfterClose++ })
-	case s.state == stContextFull:
-		s.violate(fmt.Sprintf("%s %v after session.closed{reason:context_full}: the client must close the session", m.Type, f.at.Sub(s.contextFullAt).Round(time.Millisecond)))
 	case m.Init != nil && s.state == stActive:
 		s.violate(fmt.Sprintf("second %s: a session is initialised once", m.Type))
+	case m.Init != nil && s.srv.claimAtConnect(FaultBackendError) != nil:
+		s.backendError()
 	case m.Init != nil:
 		s.initSession(m.Type, m.Init)
 	case s.state != stActive:
@@ -90,7 +94,7 @@ func (s *session) initSession(typ string, in *initMsg) {
 			runtime = "turn_based"
 		}
 		s.sendJSON(map[string]any{"type": "session.created", "session_id": s.sid, "mode": runtime,
-			"metrics": map[string]any{}, "server_send_ts": serverTS()})
+			"metrics": map[string]any{}, "server_send_ts": s.serverTS()})
 	}
 	s.state = stActive
 	s.log.Info("simulator: session created", "id", s.sid)
@@ -102,9 +106,13 @@ func (s *session) closeEcho(reason string) {
 	s.releaseWorker()
 	s.srv.update(func() { s.rec.CloseReason = reason })
 	echo := cmp.Or(reason, "client_closed")
-	s.sendClosed(echo, "")
-	if s.dialect == Legacy {
-		s.sendClosed(echo, "") // the legacy gateway and worker both answer
+	answer := echo
+	if s.srv.opts.CloseBackendError && s.dialect == Current {
+		answer = "backend_error" // the upstream worker's shutdown race
+	}
+	s.sendClosed(answer, "")
+	if s.dialect == Legacy || s.srv.opts.DoubleClosed {
+		s.sendClosed(answer, "") // the gateway and the worker both answer
 	}
 	s.clientClosed = true
 	s.closeWith(websocket.CloseNormalClosure, "")
@@ -184,7 +192,7 @@ func (s *session) step(a *appendMsg, at time.Time) {
 	if s.dialect == Current && !s.srv.opts.NoExtraEvents {
 		if s.accepted%3 == 0 {
 			s.sendJSON(map[string]any{"type": "response.output.delta", "kind": "audio_tokens", "session_id": s.sid,
-				"response_id": resp, "tokens": []int{101, 202, 303}, "metrics": s.metrics(0), "server_send_ts": serverTS()})
+				"response_id": resp, "tokens": []int{101, 202, 303}, "metrics": s.metrics(0), "server_send_ts": s.serverTS()})
 		}
 		s.sendJSON(map[string]any{"type": "response.step.done", "session_id": s.sid, "response_id": resp})
 	}
@@ -192,7 +200,7 @@ func (s *session) step(a *appendMsg, at time.Time) {
 	if s.dialect == Legacy && s.state == stActive && s.kvLen() >= s.srv.opts.ContextLimit {
 		s.log.Info("simulator: context full", "kv_cache_length", s.kvLen())
 		s.sendClosed("context_full", "")
-		s.state, s.contextFullAt = stContextFull, time.Now()
+		s.closedOpen("context_full")
 		s.end("context_full")
 		return
 	}
@@ -208,7 +216,7 @@ func (s *session) inputID() string { return fmt.Sprintf("%s_in_%d", s.sid, s.acc
 
 func (s *session) currentDelta(kind, resp string, extra map[string]any, nTokens int) {
 	m := map[string]any{"type": "response.output.delta", "kind": kind, "session_id": s.sid, "response_id": resp,
-		"input_id": s.inputID(), "metrics": s.metrics(nTokens), "server_send_ts": serverTS()}
+		"input_id": s.inputID(), "metrics": s.metrics(nTokens), "server_send_ts": s.serverTS()}
 	for k, v := range extra {
 		m[k] = v
 	}
@@ -262,7 +270,11 @@ func (s *session) emitReplyChunk(text string) string {
 		return s.replyResp
 	}
 	s.currentDelta("audio", s.replyResp, map[string]any{"audio": encodeFloat32(chunk)}, 0)
-	if last {
+	switch {
+	case last && s.srv.opts.DuplexDone: // the C++ backend's end of a spoken turn
+		s.sendJSON(map[string]any{"type": "response.done", "session_id": s.sid, "response_id": s.replyResp,
+			"reason": "turn_end", "metrics": s.metrics(0), "server_send_ts": s.serverTS()})
+	case last:
 		s.emitListen(s.replyResp) // the PyTorch backend's end of a spoken turn
 	}
 	return s.replyResp
@@ -274,7 +286,8 @@ func (s *session) chatTurn(c *chatMsg, at time.Time) {
 	reply := chatReply(c.Messages)
 	s.srv.update(func() {
 		s.rec.ChatRequests = append(s.rec.ChatRequests, ChatRecord{At: at, Messages: c.Messages, Streaming: c.Streaming,
-			TTS: c.TTS, Generation: c.Generation, EnableThinking: c.EnableThinking, MaxSliceNums: c.MaxSliceNums, Reply: reply})
+			TTS: c.TTS, TTSRefAudioSamples: c.TTSRefAudioSamples, Generation: c.Generation, EnableThinking: c.EnableThinking,
+			OmniMode: c.OmniMode, UseTTSTemplate: c.UseTTSTemplate, MaxSliceNums: c.MaxSliceNums, Reply: reply})
 	})
 	in := 0
 	for _, m := range c.Messages {
@@ -289,7 +302,7 @@ func (s *session) chatTurn(c *chatMsg, at time.Time) {
 		audio = synthVoice(len(pieces), outputRate)
 	}
 	done := map[string]any{"type": "response.done", "session_id": s.sid, "response_id": resp, "text": reply,
-		"reason": "turn_end", "server_send_ts": serverTS()}
+		"reason": "turn_end", "server_send_ts": s.serverTS()}
 	if c.Streaming {
 		for _, p := range pieces {
 			s.currentDelta("text", resp, map[string]any{"text": p}, 1)

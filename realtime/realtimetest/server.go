@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,26 @@ func ParseDialect(s string) (Dialect, error) {
 		return d, nil
 	}
 	return "", fmt.Errorf("dialect %q is unknown (want current, legacy or openvoice)", s)
+}
+
+// Quirks lists the names SetQuirk takes, for the command line.
+var Quirks = []string{"duplex-done", "double-closed", "ms-timestamps", "close-backend-error"}
+
+// SetQuirk turns on the quirk of that name (see Quirks and the Options fields of the same names).
+func (o *Options) SetQuirk(name string) error {
+	switch name {
+	case "duplex-done":
+		o.DuplexDone = true
+	case "double-closed":
+		o.DoubleClosed = true
+	case "ms-timestamps":
+		o.MillisecondTS = true
+	case "close-backend-error":
+		o.CloseBackendError = true
+	default:
+		return fmt.Errorf("quirk %q is unknown (want one of %s)", name, strings.Join(Quirks, ", "))
+	}
+	return nil
 }
 
 // Path is the only endpoint the simulator serves; anything else is 404.
@@ -72,17 +93,52 @@ type Options struct {
 
 	OpenVoiceTTSRate   int // PCM16 TTS audio rate sent by the OpenVoice simulator; default 24000
 	OpenVoiceInputRate int // rate assumed for incoming OpenVoice PCM16; default 16000
+	// OpenVoiceInactivity: an OpenVoice session that receives no binary audio for this long is
+	// closed with session.closed{inactivity_timeout} and close 1000 (JSON and TTS do not count),
+	// as the real server does after 60 s. Default 60s.
+	OpenVoiceInactivity time.Duration
+	// OpenVoiceSynthesisSpeed is how many seconds of TTS audio the OpenVoice simulator produces
+	// per second: real engines send audio as fast as they synthesise it. Default 4.
+	OpenVoiceSynthesisSpeed float64
+	// TTSModels are the OpenVoice TTS models the server knows; a tts.speak under another
+	// model_tts gets only error{code:"model_not_found", recoverable:true}. Empty: any.
+	TTSModels []string
 
 	NoExtraEvents bool          // current dialect: do not send response.step.done and kind:"audio_tokens" deltas
 	StepDelay     time.Duration // simulated model time per full-duplex step / chat turn; default 0
 	ReadLimit     int64         // largest client message in bytes; default DefaultReadLimit
 	SpeechDBFS    float64       // energy detector threshold in dBFS (RMS over 20 ms); default -40
+	// Quirks of real current-dialect deployments (PROTOCOL-FACTS), off by default:
+	// DuplexDone ends a spoken full-duplex reply with response.done, as the C++ backend does,
+	// instead of the PyTorch backend's extra kind:"listen".
+	DuplexDone bool
+	// DoubleClosed answers session.close with session.closed twice (the gateway and the worker
+	// both answer), as the legacy gateway always does.
+	DoubleClosed bool
+	// MillisecondTS writes server_send_ts as integer milliseconds (one mock) instead of float
+	// seconds.
+	MillisecondTS bool
+	// CloseBackendError answers the client's session.close with reason "backend_error", not the
+	// client's reason: the upstream worker's race in its own shutdown.
+	CloseBackendError bool
+
 	// Reply, when set, is the audio (24 kHz mono) the full-duplex parrot answers with instead
 	// of what it heard: a model that talks for as long as a test needs.
 	Reply []float32
-	// InFlightGrace: input arriving this soon after a legacy session.closed{context_full} was
-	// sent before the client could know; it is ignored (counted), not rejected. Default 2s; <0: none.
+	// InFlightGrace: input arriving this soon after a session.closed that left the socket open
+	// (legacy context_full, OpenVoice, a keep-open close fault) was sent before the client could
+	// know; it is ignored (counted), not rejected. Default 2s; <0: none.
 	InFlightGrace time.Duration
+
+	// Models are the OpenVoice STT models the server knows; any other model query parameter is
+	// refused with error{code:"model_not_found", recoverable:false} and close 1008. Empty: any.
+	Models []string
+	// LateQueueLeave models the real gateway's queue, which does not read from waiting clients
+	// and writes to them only every QueueUpdateInterval (not when a position changes): it
+	// notices that a queued client has gone only at that client's next queue update.
+	// A worker that frees before then is handed to the gone client and never freed again: the
+	// server is jammed (see Server.Jammed) and later clients wait forever.
+	LateQueueLeave bool
 
 	Faults []Fault      // faults armed at start
 	Logger *slog.Logger // nil = discard
@@ -120,6 +176,10 @@ func (o Options) withDefaults() Options {
 	defInt(&o.TokensPerAudioSecond, 25)
 	defInt(&o.OpenVoiceTTSRate, 24000)
 	defInt(&o.OpenVoiceInputRate, 16000)
+	def(&o.OpenVoiceInactivity, 60*time.Second)
+	if o.OpenVoiceSynthesisSpeed <= 0 {
+		o.OpenVoiceSynthesisSpeed = 4
+	}
 	switch {
 	case o.ForceListenCount == 0:
 		o.ForceListenCount = 3
@@ -146,7 +206,7 @@ func (o Options) validate() error {
 		return err
 	}
 	for _, f := range o.Faults {
-		if err := f.Validate(); err != nil {
+		if err := f.validFor(o.Dialect); err != nil {
 			return err
 		}
 	}
@@ -174,6 +234,7 @@ type Server struct {
 	live     map[*session]struct{}
 	free     int
 	waiting  []*waiter
+	jammed   int // workers handed to clients that had gone (LateQueueLeave)
 	lastIDMs int64
 }
 
@@ -263,7 +324,7 @@ func (s *Server) Close() {
 // running sessions that already passed N chunks, at once.
 // An invalid fault is logged and ignored.
 func (s *Server) AddFault(f Fault) {
-	if err := f.Validate(); err != nil {
+	if err := f.validFor(s.opts.Dialect); err != nil {
 		s.log.Error("simulator: fault not armed", "fault", f.String(), "err", err)
 		return
 	}
@@ -287,6 +348,14 @@ func (s *Server) Sessions() []SessionRecord {
 		out[i] = r.clone()
 	}
 	return out
+}
+
+// Jammed reports whether a worker was handed to a queued client that had already gone and is
+// lost for good (Options.LateQueueLeave): what a real one-worker gateway does until restarted.
+func (s *Server) Jammed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jammed > 0
 }
 
 // WaitSessions waits until at least n sessions exist (WebSocket connections accepted).
@@ -386,6 +455,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Dialect == OpenVoice {
 		ss.model = q.Get("model")
 		rec.Model = ss.model
+		rec.Language = q.Get("language")
 	}
 	rec.Mode = ss.mode
 	s.mu.Lock()
@@ -512,12 +582,20 @@ func (s *Server) leave(w *waiter) {
 	}
 }
 
-// claimRefuse takes a refuse fault for a new connection, if one is armed.
-func (s *Server) claimRefuse() *Fault {
+// jam records a worker lost to a client that had gone while queued.
+func (s *Server) jam() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.jammed++
+}
+
+// claimAtConnect takes an armed fault of a kind that acts before session.created, if one is
+// available for this session.
+func (s *Server) claimAtConnect(kind FaultKind) *Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.faults {
-		if a.Kind == FaultRefuse && a.available() {
+		if a.Kind == kind && a.available() {
 			a.fired++
 			f := a.Fault
 			return &f
@@ -531,7 +609,7 @@ func (s *Server) claimFault(fired map[*armedFault]bool, n int) *Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.faults {
-		if a.Kind == FaultRefuse || fired[a] || !a.available() || n < a.AfterAppends {
+		if a.Kind.atConnect() || fired[a] || !a.available() || n < a.AfterAppends {
 			continue
 		}
 		fired[a] = true
