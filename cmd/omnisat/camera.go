@@ -82,6 +82,9 @@ const cameraProgramName = "omnisat-camera"
 // for a program that other programs run).
 func findCameraProgram() (string, error) {
 	if p := os.Getenv("OMNISAT_CAMERA_PROGRAM"); p != "" {
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+			return "", fmt.Errorf("the camera program OMNISAT_CAMERA_PROGRAM=%s is not there", p)
+		}
 		return p, nil
 	}
 	exe, err := os.Executable()

@@ -150,6 +150,12 @@ func checkCamera(src string, fps float64) (warning string, err error) {
 	case strings.HasPrefix(src, "dir:"):
 		_, err := devices.OpenJPEGDir(strings.TrimPrefix(src, "dir:"), fps)
 		return "", err
+	}
+	// Any other source is opened by the camera program: it must be installed.
+	if _, err := findCameraProgram(); err != nil {
+		return "", err
+	}
+	switch {
 	case strings.HasPrefix(src, "file:"):
 		f, _, err := yamlconf.OpenRegular(strings.TrimPrefix(src, "file:"))
 		if err != nil {
