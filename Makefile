@@ -4,7 +4,7 @@ BIN     ?= bin/omnisat
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all deps build test demo bench fuzz package clean
+.PHONY: all deps build test demo bench footprint fuzz package clean
 
 all: build
 
@@ -12,9 +12,11 @@ all: build
 deps:
 	@scripts/deps.sh all
 
-## build: the omnisat binary and the light omnisat-ctl client in bin/
+## build: omnisat, its camera program omnisat-camera (the only one with OpenCV; omnisat finds
+## it beside itself) and the light omnisat-ctl client in bin/
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/omnisat
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-camera ./cmd/omnisat-camera
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-ctl ./cmd/omnisat-ctl
 
 ## test: formatting, vet, all tests with -race, and a short fuzz run per decoder
@@ -36,6 +38,11 @@ package:
 ## bench: the benchmarks, with memory figures
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## footprint: what the real binary costs (CPU per streamed second, wake-ups, private memory,
+## start-up) against a simulator in another process; FOOTPRINT_LONG=30m for the soak
+footprint:
+	$(GO) test -run '^$$' -bench Footprint -benchtime 1x -timeout 90m ./internal/footprint
 
 # The arm64 sysroot stays in ~/.cache/omnisat (1.1 GB, slow to remake).
 clean:

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -95,7 +96,7 @@ func newHarness(t testing.TB, su setup) *harness {
 		su.speed = 4
 	}
 	h.source = devices.NewPacedSource(su.audio, 16000, false, su.speed)
-	h.speaker = devices.NewFileSpeaker("", 24000)
+	h.speaker = devices.NewFileSpeaker(filepath.Join(t.TempDir(), "speaker.wav"), 24000)
 	t.Cleanup(func() { h.speaker.Close() })
 	mode := realtime.ModeAudio
 	if su.frames != nil {
@@ -634,8 +635,8 @@ func TestAskAndSay(t *testing.T) {
 	if a := ev.(agent.Answer); a.ID != "s1" || a.Error != "" {
 		t.Fatalf("say %+v", a)
 	}
-	// The speech is either still queued or already played (and recorded).
-	if rec := h.speaker.Recording(); h.speaker.Pending() == 0 && (len(rec) == 0 || slices.Max(rec) < 0.1) {
+	// The speech is either still queued or already played.
+	if h.speaker.Pending() == 0 && h.speaker.Stats().Peak < 0.1 {
 		t.Fatal("say produced no audio on the speaker")
 	}
 	h.noRejections()

@@ -31,8 +31,12 @@ func TestOpenVoiceSmallFramesAndTTSRate(t *testing.T) {
 	for h.speaker.Pending() > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
+	played, err := h.speaker.Recording()
+	if err != nil {
+		t.Fatal(err)
+	}
 	loud := 0
-	for _, v := range h.speaker.Recording() {
+	for _, v := range played {
 		if math.Abs(float64(v)) > 0.05 {
 			loud++
 		}

@@ -34,7 +34,8 @@ type AudioConfig struct {
 	// InputLatency and OutputLatency are asked of PortAudio for each stream. Small buffers cost
 	// CPU (measured on PulseAudio: 69 ms CPU per second with ~9 ms buffers against 21 ms with
 	// 200 ms); the speaker's buffer bounds how fast an interrupt is heard, the microphone's
-	// only delays capture. Defaults 100 ms in, 50 ms out.
+	// only delays capture. Defaults 100 ms in, 50 ms out. A file input delivers blocks of
+	// InputLatency, as a device with that buffer would.
 	InputLatency  time.Duration `yaml:"input_latency"`
 	OutputLatency time.Duration `yaml:"output_latency"`
 	// JitterBuffer is how long reply audio waits before it starts playing, so that a server

@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,27 +19,38 @@ import (
 	"github.com/omnisat/omnisat/pipeline"
 )
 
-// PacedSource plays samples as if they were being captured: Read hands them out no faster than
-// real time (times Speed), counting samples against a clock so that it never drifts.
+// DefaultPeriod is how much audio a PacedSource delivers at a time unless told otherwise: a
+// device-like buffer (the microphone's default input_latency).
+const DefaultPeriod = 100 * time.Millisecond
+
+// PacedSource plays samples as if they were being captured by a sound card: they become
+// available in blocks of one period, each at the moment its last sample is due (counted
+// against a SampleClock, so nothing drifts), never faster than real time (times speed). A
+// reader waits on one timer set to when the next block is due: one wake-up per period, however
+// small its reads.
 type PacedSource struct {
 	samples []float32
 	rate    int
 	loop    bool
 	speed   float64
+	period  int64 // samples per block
 	now     func() time.Time
 
 	mu    sync.Mutex
-	start time.Time
-	given int64 // samples handed out so far
+	clock SampleClock // started by the first Read
+	given int64       // samples handed out so far
+	timer *time.Timer
 }
 
-// NewPacedSource makes a source of mono samples at rate. loop starts again at the end; speed > 1
-// compresses time (tests), 0 means 1.
+// NewPacedSource makes a source of mono samples at rate that delivers blocks of DefaultPeriod.
+// loop starts again at the end; speed > 1 compresses time (tests), 0 means 1.
 func NewPacedSource(samples []float32, rate int, loop bool, speed float64) *PacedSource {
 	if speed <= 0 {
 		speed = 1
 	}
-	return &PacedSource{samples: samples, rate: rate, loop: loop, speed: speed, now: time.Now}
+	p := &PacedSource{samples: samples, rate: rate, loop: loop, speed: speed, now: time.Now}
+	p.SetPeriod(DefaultPeriod)
+	return p
 }
 
 // OpenWAVSource reads a WAV file as a microphone: mixed to mono and resampled to rate.
@@ -62,50 +72,77 @@ func OpenWAVSource(path string, rate int, loop bool, speed float64) (*PacedSourc
 	return NewPacedSource(mono, rate, loop, speed), nil
 }
 
-// Read implements agent.AudioSource.
+// SetPeriod sets the block size (at least one sample), as a sound card's buffer period. Call it
+// before the first Read.
+func (p *PacedSource) SetPeriod(d time.Duration) {
+	p.mu.Lock()
+	p.period = max(1, int64(d.Seconds()*float64(p.rate)))
+	p.mu.Unlock()
+}
+
+// Read implements agent.AudioSource: it returns what has been delivered and not yet read, up
+// to len(out), waiting for the next block when there is none.
 func (p *PacedSource) Read(ctx context.Context, out []float32) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
 	p.mu.Lock()
-	if p.start.IsZero() {
-		p.start = p.now()
+	defer p.mu.Unlock()
+	if p.clock.Start.IsZero() {
+		p.clock = NewSampleClock(p.now(), p.rate, p.speed)
+		p.timer = time.NewTimer(time.Hour)
+		p.timer.Stop()
 	}
 	total := int64(len(p.samples))
 	if !p.loop && p.given >= total {
-		p.mu.Unlock()
 		return 0, io.EOF
 	}
-	want := int64(len(out))
-	if !p.loop {
-		want = min(want, total-p.given)
-	}
-	// Wait until the clock has reached the end of the samples we are about to hand out.
-	due := p.start.Add(time.Duration(float64(p.given+want) / float64(p.rate) / p.speed * float64(time.Second)))
-	p.mu.Unlock()
-	if wait := due.Sub(p.now()); wait > 0 {
-		t := time.NewTimer(wait)
+	for {
+		avail := p.delivered(p.clock.Due(p.now())) - p.given
+		if avail > 0 {
+			n := int(min(avail, int64(len(out))))
+			for i := range out[:n] {
+				out[i] = p.samples[(p.given+int64(i))%total]
+			}
+			p.given += int64(n)
+			return n, nil
+		}
+		// Sleep until the block holding the next sample is complete.
+		next := (p.given/p.period + 1) * p.period
+		if !p.loop {
+			next = min(next, total)
+		}
+		p.timer.Reset(p.clock.At(next).Sub(p.now()))
+		p.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			p.timer.Stop()
+			p.mu.Lock()
 			return 0, ctx.Err()
-		case <-t.C:
+		case <-p.timer.C:
 		}
+		p.mu.Lock()
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := range out[:want] {
-		out[i] = p.samples[(p.given+int64(i))%total]
+}
+
+// delivered is how many samples the "device" has delivered when due samples are due: whole
+// blocks, and the short last block of a source that does not loop. Called with mu held.
+func (p *PacedSource) delivered(due int64) int64 {
+	blocks := due / p.period * p.period
+	if !p.loop {
+		if due >= int64(len(p.samples)) {
+			return int64(len(p.samples))
+		}
+		return min(blocks, int64(len(p.samples)))
 	}
-	p.given += want
-	return int(want), nil
+	return blocks
 }
 
 // Started is when the first sample was asked for: the clock's zero (zero time before that).
 func (p *PacedSource) Started() time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.start
+	return p.clock.Start
 }
 
 // Captured is how many samples have been handed out.
@@ -115,107 +152,179 @@ func (p *PacedSource) Captured() int64 {
 	return p.given
 }
 
-// FileSpeaker "plays" audio in real time into a WAV file: a clock consumes the queue, writing
-// silence when it is empty, so the file's timeline is the wall clock and Pending is what a
-// listener has not heard yet.
+// fileFlushEvery is how often a FileSpeaker that is playing brings its WAV file up to date, so
+// that the file on disk lags the clock by at most this much.
+const fileFlushEvery = time.Second
+
+// FileSpeaker is a speaker without a sound card (audio.output none or file:PATH): it plays in
+// real time into nothing or into a WAV file, at full volume (it has no volume control). Its
+// queue is a pipeline.Playback (fades, counters, bounded memory) consumed by a PlaybackClock whenever it is looked at, so it wakes
+// nobody while idle; with a file it also wakes once a second while audio is queued, to stream
+// what has been played to the file. It keeps no recording: memory stays flat however long it
+// plays. The file's timeline is the wall clock, silence included.
 type FileSpeaker struct {
 	rate int
-	path string
-	tick time.Duration
+	now  func() time.Time
 
-	mu      sync.Mutex
-	queue   []float32
-	written []float32
-	closed  bool
-	done    chan struct{}
-	stopped chan struct{}
-	started time.Time
-	played  int64
+	mu     sync.Mutex
+	pb     *pipeline.Playback
+	clock  *PlaybackClock
+	file   *wav.Writer // nil: none
+	err    error       // the file's first failure
+	peak   float32
+	timer  *time.Timer // set while a file is being written and audio is queued
+	closed bool
 }
 
-// NewFileSpeaker starts a speaker at rate that writes what it plays to path on Close ("" keeps it
-// in memory only: see Recording).
+// SpeakerStats are a FileSpeaker's counters: the playback queue's (in samples at its rate) and
+// the loudest sample it has played.
+type SpeakerStats struct {
+	pipeline.PlaybackStats
+	Peak float32
+}
+
+// NewFileSpeaker starts a speaker at rate that plays into nothing (path "") or streams what it
+// plays into a WAV file at path. A file that cannot be created is reported by Err (and Close);
+// the speaker then plays into nothing.
 func NewFileSpeaker(path string, rate int) *FileSpeaker {
-	f := &FileSpeaker{rate: rate, path: path, tick: 10 * time.Millisecond, done: make(chan struct{}), stopped: make(chan struct{})}
-	go f.run()
+	pb, err := pipeline.NewPlayback(rate, rate)
+	if err != nil { // cannot happen: equal rates are a copy
+		panic(err)
+	}
+	f := &FileSpeaker{rate: rate, now: time.Now, pb: pb}
+	f.clock = NewPlaybackClock(pb, f.now())
+	if path != "" {
+		f.file, f.err = wav.Create(path, rate, 1)
+	}
 	return f
 }
 
-func (f *FileSpeaker) run() {
-	defer close(f.stopped)
-	t := time.NewTicker(f.tick)
-	defer t.Stop()
-	f.mu.Lock()
-	f.started = time.Now()
-	f.mu.Unlock()
-	for {
-		select {
-		case <-f.done:
-			return
-		case now := <-t.C:
-			f.mu.Lock()
-			due := int64(now.Sub(f.started).Seconds() * float64(f.rate))
-			n := int(due - f.played)
-			if n > 0 {
-				take := min(n, len(f.queue))
-				f.written = append(f.written, f.queue[:take]...)
-				f.queue = f.queue[take:]
-				f.written = append(f.written, make([]float32, n-take)...)
-				f.played = due
-			}
-			f.mu.Unlock()
-		}
+// catchUp plays what is due by now. Called with mu held.
+func (f *FileSpeaker) catchUp() {
+	if f.closed {
+		return
 	}
+	f.clock.CatchUp(f.now(), f.sink)
+}
+
+// sink takes what the clock played. Called with mu held.
+func (f *FileSpeaker) sink(block []float32) {
+	for _, v := range block {
+		f.peak = max(f.peak, v, -v)
+	}
+	if f.file != nil && f.err == nil {
+		f.err = f.file.Write(block)
+	}
+}
+
+// flushLater keeps the file up to date while audio is queued. Called with mu held.
+func (f *FileSpeaker) flushLater() {
+	if f.file == nil || f.timer != nil || f.closed {
+		return
+	}
+	f.timer = time.AfterFunc(fileFlushEvery, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.timer = nil
+		if f.closed {
+			return
+		}
+		f.catchUp()
+		if f.err == nil {
+			f.err = f.file.Flush()
+		}
+		if f.pb.Pending() > 0 {
+			f.flushLater()
+		}
+	})
 }
 
 // Play implements agent.Speaker.
 func (f *FileSpeaker) Play(samples []float32) {
 	f.mu.Lock()
-	if !f.closed {
-		f.queue = append(f.queue, samples...)
+	defer f.mu.Unlock()
+	if f.closed {
+		return
 	}
-	f.mu.Unlock()
+	f.catchUp()
+	f.pb.Play(samples)
+	f.flushLater()
 }
 
-// FlushAfter implements agent.Speaker.
+// FlushAfter implements agent.Speaker. What is left within the cut's fade is played at once,
+// as a sound card would already hold it in its buffer, so FlushAfter(0) leaves nothing pending.
 func (f *FileSpeaker) FlushAfter(keep time.Duration) {
 	f.mu.Lock()
-	n := int(keep.Seconds() * float64(f.rate))
-	if n < len(f.queue) {
-		f.queue = f.queue[:n]
+	defer f.mu.Unlock()
+	f.catchUp()
+	f.pb.FlushAfter(keep)
+	if p := f.pb.Pending(); p > 0 && p <= pipeline.PlaybackFade {
+		f.clock.Ahead(int64(p.Seconds()*float64(f.rate)+0.5), f.sink)
 	}
-	f.mu.Unlock()
 }
 
 // Pending implements agent.Speaker.
 func (f *FileSpeaker) Pending() time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return time.Duration(len(f.queue)) * time.Second / time.Duration(f.rate)
+	f.catchUp()
+	return f.pb.Pending()
 }
 
-// Recording returns a copy of everything played so far (silence included).
-func (f *FileSpeaker) Recording() []float32 {
+// Stats returns the counters, brought up to now.
+func (f *FileSpeaker) Stats() SpeakerStats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.written)
+	f.catchUp()
+	return SpeakerStats{PlaybackStats: f.pb.Stats(), Peak: f.peak}
 }
 
-// Close stops the clock and writes the WAV file (if a path was given).
+// Recording brings the WAV file up to date and reads back what it holds: everything played so
+// far, silence included (nothing without a file). The speaker itself keeps no samples: this is
+// for tests that check what was played.
+func (f *FileSpeaker) Recording() ([]float32, error) {
+	f.mu.Lock()
+	f.catchUp()
+	var path string
+	if f.file != nil && f.err == nil && !f.closed {
+		f.err = f.file.Flush()
+		path = f.file.Path()
+	}
+	err := f.err
+	f.mu.Unlock()
+	if err != nil || path == "" {
+		return nil, err
+	}
+	a, err := wav.ReadFile(path)
+	return a.Samples, err
+}
+
+// Err is the WAV file's first failure (nil without a file).
+func (f *FileSpeaker) Err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// Close plays what is due, stops, and completes the WAV file (if any).
 func (f *FileSpeaker) Close() error {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.closed {
-		f.mu.Unlock()
-		return nil
+		return f.err
 	}
+	f.catchUp()
 	f.closed = true
-	f.mu.Unlock()
-	close(f.done)
-	<-f.stopped
-	if f.path == "" {
-		return nil
+	if f.timer != nil {
+		f.timer.Stop()
+		f.timer = nil
 	}
-	return wav.WriteFile(f.path, wav.Audio{Rate: f.rate, Channels: 1, Samples: f.Recording()})
+	if f.file != nil {
+		if err := f.file.Close(); f.err == nil {
+			f.err = err
+		}
+	}
+	return f.err
 }
 
 // JPEGDir is a camera made of a folder of JPEG files, shown in name order at fps, looping.

@@ -42,14 +42,17 @@ for arch in "${arches[@]}"; do
 			PKG_CONFIG_LIBDIR="$root/usr/lib/aarch64-linux-gnu/pkgconfig:$root/usr/share/pkgconfig")
 	fi
 	echo "package: building omnisat $version for $arch"
-	# Stripped, with the package version stamped in (omnisat version prints it); omnisat is a
-	# PIE (it links C libraries anyway), omnisat-ctl stays a static pure-Go binary.
+	# Stripped, with the package version stamped in (omnisat version prints it); omnisat and the
+	# camera program omnisat-camera (the only one that links OpenCV) are PIEs (they link C
+	# libraries anyway), omnisat-ctl stays a static pure-Go binary.
 	ldflags="-s -w -X main.version=$version"
 	# Debian's hardening for the C and C++ parts: fortified libc calls, stack protector,
 	# read-only relocations bound at start.
 	hardening="-O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong"
-	env "${cross[@]}" CGO_ENABLED=1 CGO_CFLAGS="$hardening" CGO_CXXFLAGS="$hardening" \
-		go build -trimpath -buildmode=pie -ldflags "$ldflags -extldflags '-Wl,-z,relro,-z,now'" -o "$bindir/omnisat" ./cmd/omnisat
+	for prog in omnisat omnisat-camera; do
+		env "${cross[@]}" CGO_ENABLED=1 CGO_CFLAGS="$hardening" CGO_CXXFLAGS="$hardening" \
+			go build -trimpath -buildmode=pie -ldflags "$ldflags -extldflags '-Wl,-z,relro,-z,now'" -o "$bindir/$prog" "./cmd/$prog"
+	done
 	env "${cross[@]}" CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bindir/omnisat-ctl" ./cmd/omnisat-ctl
 	for page in omnisat omnisat-ctl; do
 		gzip -9n <"packaging/man/$page.1" >"$bindir/$page.1.gz"
@@ -66,6 +69,6 @@ done
 
 for arch in "${arches[@]}"; do
 	if [ "$arch" = arm64 ] && [ "$host" != arm64 ]; then
-		packaging/smoke-arm64.sh "build/arm64/omnisat" "$sysroot"
+		packaging/smoke-arm64.sh "build/arm64" "$sysroot"
 	fi
 done

@@ -117,6 +117,7 @@ func TestAmd64PackageFiles(t *testing.T) {
 	}{
 		{"usr/bin/omnisat", 0o755},
 		{"usr/bin/omnisat-ctl", 0o755},
+		{"usr/libexec/omnisat/omnisat-camera", 0o755},
 		{"lib/systemd/system/omnisat.service", 0o644},
 		{"etc/omnisat/omnisat.yaml", 0o644}, // root:omnisat 0640 comes from postinst's statoverride
 		{"usr/share/doc/omnisat/copyright", 0o644},
@@ -179,7 +180,7 @@ func TestAmd64PackageFiles(t *testing.T) {
 	}
 }
 
-// Depends names every library the binary links (what dpkg-shlibdeps finds, with its version),
+// Depends names every library the binaries link (what dpkg-shlibdeps finds, with its version),
 // the echo canceller's libspeexdsp1 and adduser (postinst).
 func TestAmd64PackageDepends(t *testing.T) {
 	need(t, "dpkg-deb", "dpkg-shlibdeps")
@@ -199,7 +200,7 @@ func TestAmd64PackageDepends(t *testing.T) {
 	work := t.TempDir()
 	os.MkdirAll(filepath.Join(work, "debian"), 0o755)
 	os.WriteFile(filepath.Join(work, "debian/control"), []byte("Source: omnisat\n\nPackage: omnisat\nArchitecture: any\n"), 0o644)
-	cmd := exec.Command("dpkg-shlibdeps", "-O", filepath.Join(root, "usr/bin/omnisat"))
+	cmd := exec.Command("dpkg-shlibdeps", "-O", filepath.Join(root, "usr/bin/omnisat"), filepath.Join(root, "usr/libexec/omnisat/omnisat-camera"))
 	cmd.Dir = work
 	out, err := cmd.Output()
 	if err != nil {
@@ -215,12 +216,47 @@ func TestAmd64PackageDepends(t *testing.T) {
 	}
 	for _, alts := range needs {
 		if !has(alts[0]) {
-			t.Errorf("the binary needs %s; Depends lacks it (packaging/nfpm.yaml)", alts[0])
+			t.Errorf("the binaries need %s; Depends lacks it (packaging/nfpm.yaml)", alts[0])
 		}
 	}
 	for _, dep := range []string{"libspeexdsp1 (>= 1.2.1)", "adduser"} {
 		if !has(dep) {
 			t.Errorf("Depends lacks %s", dep)
+		}
+	}
+}
+
+// needed lists the shared libraries an ELF binary links (readelf -d), sorted.
+func needed(t *testing.T, bin string) []string {
+	t.Helper()
+	var libs []string
+	for _, m := range regexp.MustCompile(`\(NEEDED\)\s+Shared library: \[([^\]]+)\]`).FindAllStringSubmatch(output(t, "readelf", "-d", bin), -1) {
+		libs = append(libs, m[1])
+	}
+	slices.Sort(libs)
+	return libs
+}
+
+// Only the camera program links OpenCV: omnisat itself (an audio-only satellite) loads none of
+// its libraries.
+func TestOpenCVOnlyInTheCameraProgram(t *testing.T) {
+	need(t, "dpkg-deb", "readelf")
+	for _, arch := range []string{"amd64", "arm64"} {
+		root, _ := extract(t, deb(t, arch))
+		count := func(bin string) int {
+			n := 0
+			for _, lib := range needed(t, filepath.Join(root, bin)) {
+				if strings.HasPrefix(lib, "libopencv") {
+					n++
+				}
+			}
+			return n
+		}
+		if n := count("usr/bin/omnisat"); n != 0 {
+			t.Errorf("%s: usr/bin/omnisat links %d OpenCV libraries", arch, n)
+		}
+		if n := count("usr/libexec/omnisat/omnisat-camera"); n < 5 {
+			t.Errorf("%s: the camera program links %d OpenCV libraries", arch, n)
 		}
 	}
 }
@@ -272,23 +308,18 @@ func TestArm64Package(t *testing.T) {
 	amd64Root, _ := extract(t, deb(t, "amd64"))
 	bin := filepath.Join(root, "usr/bin/omnisat")
 
-	if h := output(t, "readelf", "-h", bin); !strings.Contains(h, "AArch64") {
-		t.Fatalf("usr/bin/omnisat is not an arm64 binary:\n%s", h)
-	}
 	// The libraries besides libc6's own (its loader and libm differ between the two builds).
 	libc6 := regexp.MustCompile(`^(ld-linux.*|libc|libm|libpthread|libdl)\.so`)
-	needed := func(bin string) []string {
-		var libs []string
-		for _, m := range regexp.MustCompile(`\(NEEDED\)\s+Shared library: \[([^\]]+)\]`).FindAllStringSubmatch(output(t, "readelf", "-d", bin), -1) {
-			if !libc6.MatchString(m[1]) {
-				libs = append(libs, m[1])
-			}
-		}
-		slices.Sort(libs)
-		return libs
+	beyondLibc := func(bin string) []string {
+		return slices.DeleteFunc(needed(t, bin), libc6.MatchString)
 	}
-	if a, b := needed(bin), needed(filepath.Join(amd64Root, "usr/bin/omnisat")); !slices.Equal(a, b) {
-		t.Errorf("arm64 links %v, amd64 %v: one Depends list cannot serve both", a, b)
+	for _, prog := range []string{"usr/bin/omnisat", "usr/libexec/omnisat/omnisat-camera"} {
+		if h := output(t, "readelf", "-h", filepath.Join(root, prog)); !strings.Contains(h, "AArch64") {
+			t.Fatalf("%s is not an arm64 binary:\n%s", prog, h)
+		}
+		if a, b := beyondLibc(filepath.Join(root, prog)), beyondLibc(filepath.Join(amd64Root, prog)); !slices.Equal(a, b) {
+			t.Errorf("%s: arm64 links %v, amd64 %v: one Depends list cannot serve both", prog, a, b)
+		}
 	}
 	if got, want := readFile(t, filepath.Join(root, "lib/systemd/system/omnisat.service")), readFile(t, "omnisat.service"); got != want {
 		t.Error("the arm64 package's unit is not packaging/omnisat.service")
@@ -426,6 +457,8 @@ func TestInstallIntoScratchSystem(t *testing.T) {
 	if got := in("/usr/bin/omnisat", "version"); got != "omnisat "+version+"\n" {
 		t.Errorf("installed omnisat version: %q", got)
 	}
+	// The camera program starts on the libraries Depends brought (OpenCV's loaded at start).
+	in("/usr/libexec/omnisat/omnisat-camera", "-h")
 	if id := in("id", "omnisat"); !strings.Contains(id, "(audio)") || !strings.Contains(id, "(video)") || !strings.Contains(id, "groups=") {
 		t.Errorf("omnisat user: %s", id)
 	}

@@ -45,6 +45,7 @@ type Playback struct {
 	fadeLen         int     // samples of a fade at outRate
 	volStep         float32 // largest gain change per output sample
 	maxQueue        int     // samples at outRate
+	baseQueue       int     // the queue's room up front, samples; it returns to it when dry
 
 	volume atomic.Int32 // target volume 0..100
 
@@ -90,6 +91,7 @@ type PlaybackStats struct {
 	Underruns int64 // times the queue ran dry while playing
 	Dropped   int64 // refused because the queue held MaxPlaybackQueue
 	Flushed   int64 // dropped by FlushAfter
+	Capacity  int   // room the queue holds now, samples: its memory is 4 bytes each
 }
 
 // NewPlayback returns a queue from inRate (the model's, 24 kHz) to outRate (the device's),
@@ -114,8 +116,10 @@ func NewPlayback(inRate, outRate int) (*Playback, error) {
 		armedAt:  -1,
 	}
 	p.volume.Store(100)
-	// Two seconds of room up front: the queue grows (in Play) only for longer replies.
-	p.q.buf = make([]float32, 2*outRate)
+	// Two seconds of room up front: the queue grows (in Play) only for longer replies, and
+	// shrinks back when they have played.
+	p.baseQueue = 2 * outRate
+	p.q.buf = make([]float32, p.baseQueue)
 	return p, nil
 }
 
@@ -146,8 +150,13 @@ func (p *Playback) Play(samples []float32) {
 	}
 }
 
-// push appends to the queue, growing it within maxQueue. Called with mu held.
+// push appends to the queue, growing it within maxQueue; a queue that grew for a long reply
+// is given back once it has run dry, so memory does not stay at the longest reply. Called with
+// mu held.
 func (p *Playback) push(s []float32) {
+	if p.q.n == 0 && len(p.q.buf) > 2*p.baseQueue {
+		p.q.buf, p.q.r = make([]float32, p.baseQueue), 0
+	}
 	if room := p.maxQueue - p.q.n; len(s) > room {
 		p.dropped += int64(len(s) - max(room, 0))
 		s = s[:max(room, 0)]
@@ -349,7 +358,7 @@ func (p *Playback) Position() time.Duration {
 func (p *Playback) Stats() PlaybackStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return PlaybackStats{Played: p.played, Pulled: p.pulled, Queued: p.q.n, Underruns: p.underruns, Dropped: p.dropped, Flushed: p.flushed}
+	return PlaybackStats{Played: p.played, Pulled: p.pulled, Queued: p.q.n, Underruns: p.underruns, Dropped: p.dropped, Flushed: p.flushed, Capacity: len(p.q.buf)}
 }
 
 // fifo is a growable ring of samples.

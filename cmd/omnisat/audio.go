@@ -52,6 +52,7 @@ func openMicrophone(ctx context.Context, c devices.AudioConfig, echo *audio.Echo
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("audio.input: %w", err)
 		}
+		src.SetPeriod(c.InputLatency) // blocks as a device with that buffer delivers them
 		return src, desc, nil, nil
 	}
 	mic, err := audio.OpenMicrophone(ctx, audio.MicConfig{Device: spec, Rate: c.InputRate, Channels: c.InputChannels,
@@ -78,6 +79,9 @@ func openSpeaker(ctx context.Context, c devices.AudioConfig, echo *audio.EchoRef
 			path = "" // none: a clock that plays into nothing, no file
 		}
 		spk := devices.NewFileSpeaker(path, realtime.OutputSampleRate)
+		if err := spk.Err(); err != nil {
+			return nil, "", nil, fmt.Errorf("audio.output: %w", err)
+		}
 		return spk, desc, spk.Close, nil
 	}
 	spk, err := audio.OpenSpeaker(ctx, audio.SpeakerConfig{Device: spec, Rate: c.OutputRate, Volume: *c.Volume, Latency: c.OutputLatency, Echo: echo},

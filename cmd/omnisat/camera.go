@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -66,7 +68,50 @@ func resolveCamera(c cameraSection) (source, why string) {
 	return c.Fallback, "no camera found"
 }
 
-// openCamera opens what the section asks for; nil with no error means no camera.
+// cameraStartWait bounds how long start-up waits for the camera's first frame, so that the first
+// chunks carry one; a camera that takes longer (an RTSP stream, a slow GStreamer pipeline)
+// joins when it is ready.
+const cameraStartWait = 15 * time.Second
+
+// cameraProgramName is the camera's own program (cmd/omnisat-camera): OpenCV lives there only.
+const cameraProgramName = "omnisat-camera"
+
+// findCameraProgram finds the camera program: $OMNISAT_CAMERA_PROGRAM, else next to this
+// binary (a build tree: bin/omnisat and bin/omnisat-camera), else ../libexec/omnisat/ from it
+// (the package: /usr/bin/omnisat and /usr/libexec/omnisat/omnisat-camera, FHS 3.0's place
+// for a program that other programs run).
+func findCameraProgram() (string, error) {
+	if p := os.Getenv("OMNISAT_CAMERA_PROGRAM"); p != "" {
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+			return "", fmt.Errorf("the camera program OMNISAT_CAMERA_PROGRAM=%s is not there", p)
+		}
+		return p, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find the camera program: %w", err)
+	}
+	return cameraProgramBeside(exe)
+}
+
+// cameraProgramBeside finds the camera program where it is installed relative to exe.
+func cameraProgramBeside(exe string) (string, error) {
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	dir := filepath.Dir(exe)
+	tried := []string{filepath.Join(dir, cameraProgramName), filepath.Join(dir, "..", "libexec", "omnisat", cameraProgramName)}
+	for _, p := range tried {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return filepath.Clean(p), nil
+		}
+	}
+	return "", fmt.Errorf("camera.source is set, but the camera program %s is not installed (looked for %s)",
+		cameraProgramName, strings.Join(tried, ", "))
+}
+
+// openCamera opens what the section asks for; nil with no error means no camera. A camera
+// proper runs in the camera program, which is started here and supervised like a device.
 func openCamera(ctx context.Context, c cameraSection, report *deviceReporter, log *slog.Logger) (agent.FrameSource, string, func() error, error) {
 	src, why := resolveCamera(c)
 	desc := "camera " + src
@@ -83,72 +128,26 @@ func openCamera(ctx context.Context, c cameraSection, report *deviceReporter, lo
 		}
 		return cam, desc, nil, nil
 	}
+	program, err := findCameraProgram()
+	if err != nil {
+		return nil, "", nil, err
+	}
 	cfg := c.Config
 	cfg.Source = src
-	lc := &lateCamera{}
-	onState := func(ok bool, err error) { report.state("camera", ok, err) }
-	cam, err := camera.Open(ctx, cfg, onState, log.With("component", "camera"))
-	if err == nil {
-		lc.set(cam)
-		return lc, desc, lc.close, nil
+	cam, err := camera.StartProcess(ctx, program, cfg, func(ok bool, err error) { report.state("camera", ok, err) },
+		log.With("component", "camera"))
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("camera.source: %w", err)
 	}
-	// A camera that is not there at start (not plugged in yet, still enumerating) is a lost
-	// device, not a reason to stop: the session runs audio-only until it appears.
-	report.state("camera", false, err)
-	log.Warn("camera not available; continuing without frames and retrying", "source", src, "err", err)
-	lc.wg.Add(1)
-	go func() {
-		defer lc.wg.Done()
-		wait := cfg.Retry
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			cam, err := camera.Open(ctx, cfg, onState, log.With("component", "camera"))
-			if err == nil {
-				lc.set(cam)
-				return
-			}
-			wait = min(2*wait, cfg.RetryMax)
-		}
-	}()
-	return lc, desc + " (not available yet)", lc.close, nil
-}
-
-// lateCamera is a camera that may open after start.
-type lateCamera struct {
-	mu  sync.Mutex
-	cam *camera.Camera
-	wg  sync.WaitGroup
-}
-
-func (l *lateCamera) set(c *camera.Camera) {
-	l.mu.Lock()
-	l.cam = c
-	l.mu.Unlock()
-}
-
-// Latest implements agent.FrameSource.
-func (l *lateCamera) Latest() ([]byte, bool) {
-	l.mu.Lock()
-	c := l.cam
-	l.mu.Unlock()
-	if c == nil {
-		return nil, false
+	wait, cancel := context.WithTimeout(ctx, cameraStartWait)
+	defer cancel()
+	if !cam.WaitStarted(wait) {
+		// A camera that is not there at start (not plugged in yet, still enumerating) is a lost
+		// device, not a reason to stop: the session runs audio-only until it appears.
+		log.Warn("camera not available yet; continuing without frames", "source", src)
+		desc += " (not available yet)"
 	}
-	return c.Latest()
-}
-
-func (l *lateCamera) close() error {
-	l.wg.Wait()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.cam == nil {
-		return nil
-	}
-	return l.cam.Close()
+	return cam, desc, cam.Close, nil
 }
 
 // deviceReporter forwards device health to the agent, which is built after the devices: reports

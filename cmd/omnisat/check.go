@@ -142,7 +142,8 @@ func checkResources(c *fileConfig) (warnings []string, err error) {
 
 // checkCamera says whether a camera source can be opened: a folder of JPEGs is read, a video
 // file must be a readable file. A V4L2 node that is not there may still be plugged in: a
-// warning, as run waits for it. Pipelines and URLs cannot be checked without opening them.
+// warning, as run waits for it. Pipelines and URLs cannot be checked without opening them. A
+// source other than a folder needs the camera program installed.
 func checkCamera(src string, fps float64) (warning string, err error) {
 	switch {
 	case src == "none":
@@ -150,7 +151,18 @@ func checkCamera(src string, fps float64) (warning string, err error) {
 	case strings.HasPrefix(src, "dir:"):
 		_, err := devices.OpenJPEGDir(strings.TrimPrefix(src, "dir:"), fps)
 		return "", err
-	case strings.HasPrefix(src, "file:"):
+	}
+	// Any other source is opened by the camera program: the source first, then the program.
+	warning, err = checkCameraSource(src)
+	if err == nil {
+		_, err = findCameraProgram()
+	}
+	return warning, err
+}
+
+// checkCameraSource checks a source the camera program opens: a file, a V4L2 node.
+func checkCameraSource(src string) (warning string, err error) {
+	if strings.HasPrefix(src, "file:") {
 		f, _, err := yamlconf.OpenRegular(strings.TrimPrefix(src, "file:"))
 		if err != nil {
 			return "", err

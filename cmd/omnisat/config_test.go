@@ -426,6 +426,10 @@ func TestConfigCheckOpensWhatItNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	emptyFrames := t.TempDir()
+	// A camera source needs the camera program (here a stand-in: only its presence is checked).
+	cameraProgram := filepath.Join(dir, "omnisat-camera")
+	os.WriteFile(cameraProgram, []byte("#!/bin/sh\n"), 0o755)
+	t.Setenv("OMNISAT_CAMERA_PROGRAM", cameraProgram)
 	base := "server:\n  url: ws://gw/v1/realtime\naudio:\n  input: file:../../configs/demo/hello.wav\n  output: none\n"
 	base = strings.ReplaceAll(base, "../../configs/demo/hello.wav", absPath(t, "../../configs/demo/hello.wav"))
 	for _, tt := range []struct{ yaml, want string }{
@@ -459,8 +463,17 @@ func TestConfigCheckOpensWhatItNames(t *testing.T) {
 			t.Errorf("run with %q: exit %d\n%s\nwant %q", tt.yaml, code, stderr, tt.want)
 		}
 	}
-	// --file-only checks the file alone (a build host has none of the satellite's devices).
+	// A camera without its program: check and run say so.
+	t.Setenv("OMNISAT_CAMERA_PROGRAM", filepath.Join(dir, "no-camera-program"))
 	path := filepath.Join(dir, "omnisat.yaml")
+	os.WriteFile(path, []byte(base+"camera:\n  source: /dev/video97\n"), 0o600)
+	for _, cmd := range [][]string{{"config", "check", "-c", path}, {"run", "-c", path}} {
+		if code, _, stderr := runCLI(t, cmd...); code == exitOK || !strings.Contains(stderr, "camera.source: the camera program OMNISAT_CAMERA_PROGRAM=") {
+			t.Errorf("%s without the camera program: exit %d\n%s", cmd[0], code, stderr)
+		}
+	}
+	t.Setenv("OMNISAT_CAMERA_PROGRAM", cameraProgram)
+	// --file-only checks the file alone (a build host has none of the satellite's devices).
 	os.WriteFile(path, []byte("server:\n  url: ws://gw/v1/realtime\naudio:\n  input: file:missing.wav\n  output: hw:9\nstate_dir: "+aFile+"\n"), 0o600)
 	if code, out, stderr := runCLI(t, "config", "check", "--file-only", "-c", path); code != exitOK || !strings.Contains(out, ": ok (") {
 		t.Errorf("config check --file-only: exit %d\n%s%s", code, out, stderr)

@@ -344,7 +344,7 @@ func TestReaderDoesNotAllocate(t *testing.T) {
 	pb, _ := pipeline.NewPlayback(InputRate, 44100)
 	pb.Play(make([]float32, 48000))
 	out, scratch := make([]float32, 2*441), make([]float32, speakerChunk)
-	if a := testing.AllocsPerRun(200, func() { fillOutput(pb, out, 2, scratch, nil, 0) }); a != 0 {
+	if a := testing.AllocsPerRun(200, func() { fillOutput(pb, out, 2, scratch) }); a != 0 {
 		t.Errorf("playback callback: %v allocations", a)
 	}
 }
@@ -760,8 +760,8 @@ func BenchmarkPlaybackPath(b *testing.B) {
 	for range b.N {
 		for range 50 {
 			pb.Play(sig)
-			fillOutput(pb, out, 2, scratch, nil, 0)
-			fillOutput(pb, out, 2, scratch, nil, 0)
+			fillOutput(pb, out, 2, scratch)
+			fillOutput(pb, out, 2, scratch)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms-cpu/s")

@@ -14,22 +14,21 @@ const (
 	// through ALSA took 1.2–1.7 s here.
 	defaultStartupGrace = 5 * time.Second
 	// stallTimeout is how long a running stream may go without a callback before the device
-	// counts as lost. Callbacks come every 10–40 ms; a USB device unplugged stops them.
+	// counts as lost. Callbacks come every 10–100 ms; a USB device unplugged stops them.
 	defaultStallTimeout = 2 * time.Second
 	backoffMin          = time.Second
 	backoffMax          = 30 * time.Second
 	// closeTimeout bounds the wait for PortAudio to close a stream of a dead device.
 	closeTimeout = 5 * time.Second
-	// lostTick is how often the lost-device hook runs (the speaker drains its queue by it).
-	lostTick = 20 * time.Millisecond
 )
 
-// link supervises the stream of one device. The stream callback counts the frames it moves;
-// a goroutine watches the count. When it stops moving the device is lost: link reports it
-// once, closes the stream, and reopens it with backoff (1 s doubling to 30 s) until a new
-// stream delivers, then reports the device back. PortAudio's Go binding gives no error from a
-// running callback stream, so the count is the only signal, and it is the one that matters:
-// a device that stops delivering is lost whatever the reason.
+// link supervises the stream of one device. The stream callback notes when it moves frames;
+// PortAudio says when the stream stops (its finished callback: the ALSA host stops the stream
+// when the device fails). The supervising goroutine sleeps until one of those, or until its
+// stall check (twice per stallTimeout) finds nothing moved for stallTimeout. When the device is
+// lost link reports it once, closes the stream, and reopens it with backoff (1 s doubling to
+// 30 s) until a new stream delivers, then reports the device back. A device that stops
+// delivering is lost whatever the reason, so that decides where PortAudio says nothing.
 type link struct {
 	kind, verb string // "microphone"/"read", "speaker"/"play": for messages
 	spec       string // the device string from the configuration
@@ -43,13 +42,14 @@ type link struct {
 	lost func(since time.Time, err error)
 	// back runs when a new stream delivers.
 	back func()
-	// idle runs every lostTick while the device is lost (nil: nothing to do).
-	idle func(now time.Time)
 
 	startupGrace, stallTimeout time.Duration
 
-	frames atomic.Int64 // frames moved by the callbacks
-	gen    atomic.Int64 // the current stream's generation: older callbacks do nothing
+	movedAt   atomic.Int64  // when the callbacks last moved frames (Unix ns)
+	gen       atomic.Int64  // the current stream's generation: older callbacks do nothing
+	delivered atomic.Int64  // the last generation whose stream has delivered
+	stopped   atomic.Int64  // the last generation whose stream PortAudio stopped
+	kick      chan struct{} // a token when delivered or stopped changes
 
 	// The supervising goroutine's own state.
 	stream  *paStream
@@ -66,11 +66,37 @@ func newLink(kind, verb, spec string, log *slog.Logger, onState func(bool, error
 		onState = func(bool, error) {}
 	}
 	return &link{kind: kind, verb: verb, spec: spec, log: log, onState: onState,
-		startupGrace: defaultStartupGrace, stallTimeout: defaultStallTimeout}
+		startupGrace: defaultStartupGrace, stallTimeout: defaultStallTimeout, kick: make(chan struct{}, 1)}
 }
 
 // current reports whether a callback of generation g may still touch the device's buffers.
 func (l *link) current(g int64) bool { return l.gen.Load() == g }
+
+// moved notes that a callback of generation g (the current one) moved frames; the first
+// buffer of a stream wakes the supervisor. It does not block or allocate.
+func (l *link) moved(g int64) {
+	l.movedAt.Store(time.Now().UnixNano())
+	if l.delivered.Load() != g {
+		l.delivered.Store(g)
+		l.wake()
+	}
+}
+
+// finished is the stream's finished callback for generation g: the supervisor looks at once.
+// Closing a stream ourselves moves the generation first, so that is not a loss.
+func (l *link) finished(g int64) {
+	if l.current(g) {
+		l.stopped.Store(g)
+		l.wake()
+	}
+}
+
+func (l *link) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
 
 // openStream opens a new stream (generation +1). It leaves l.stream set on success.
 func (l *link) openStream() error {
@@ -112,9 +138,14 @@ func (l *link) closeStream() {
 		defer close(done)
 		paClose(s)
 	}()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
 	select {
 	case <-done:
-	case <-time.After(closeTimeout):
+		if s.lost > 0 { // an output's count includes the silence it started with
+			l.log.Info("audio: frames lost between the device and the pump", "device", l.kind, "frames", s.lost)
+		}
+	case <-t.C:
 		// Its goroutine ends if PortAudio ever returns; paClose keeps PortAudio initialised
 		// meanwhile, and other devices are not blocked by it.
 		l.log.Error("audio: closing the stream hangs; abandoning it", "device", l.kind, "name", l.name)
@@ -149,28 +180,38 @@ func (l *link) run(ctx context.Context, done chan<- struct{}) {
 }
 
 // watch waits until the stream stops delivering (returning when it last did, and why) or ctx
-// ends (nil error).
+// ends (nil error). It wakes when PortAudio reports the stream stopped, and twice per
+// stallTimeout to see whether the frame count still moves: a device that hangs without
+// PortAudio noticing is found within 1.5 stallTimeouts.
 func (l *link) watch(ctx context.Context) (time.Time, error) {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	last, lastAt, seen := l.frames.Load(), time.Now(), false
-	for ticks := 1; ; ticks++ {
+	g := l.gen.Load()
+	check := time.NewTicker(l.stallTimeout / 2)
+	defer check.Stop()
+	opened := time.Now()
+	// last is when the stream last delivered (its opening until it has).
+	last := func() time.Time {
+		if l.delivered.Load() != g {
+			return opened
+		}
+		return time.Unix(0, l.movedAt.Load())
+	}
+	for {
 		select {
 		case <-ctx.Done():
-			return lastAt, nil
-		case now := <-t.C:
-			if ticks%5 == 0 && !l.streamActive() {
-				return lastAt, fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
+			return last(), nil
+		case <-l.kick:
+			if l.stopped.Load() == g {
+				return last(), fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
 			}
-			if f := l.frames.Load(); f != last {
-				last, lastAt, seen = f, now, true
-				continue
+		case now := <-check.C:
+			if !l.streamActive() {
+				return last(), fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
 			}
-			switch {
-			case !seen && now.Sub(lastAt) > l.startupGrace:
-				return lastAt, fmt.Errorf("%s %s %q: no audio within %v of starting the stream", l.verb, l.kind, l.name, l.startupGrace)
-			case seen && now.Sub(lastAt) > l.stallTimeout:
-				return lastAt, fmt.Errorf("%s %s %q: no audio for %v: device unplugged or stalled", l.verb, l.kind, l.name, l.stallTimeout)
+			switch at := last(); {
+			case l.delivered.Load() != g && now.Sub(at) > l.startupGrace:
+				return at, fmt.Errorf("%s %s %q: no audio within %v of starting the stream", l.verb, l.kind, l.name, l.startupGrace)
+			case l.delivered.Load() == g && now.Sub(at) >= l.stallTimeout:
+				return at, fmt.Errorf("%s %s %q: no audio for %v: device unplugged or stalled", l.verb, l.kind, l.name, l.stallTimeout)
 			}
 		}
 	}
@@ -191,7 +232,7 @@ func (l *link) streamActive() bool {
 func (l *link) recover(ctx context.Context) bool {
 	backoff := backoffMin
 	for {
-		if !l.pause(ctx, backoff) {
+		if !sleep(ctx, backoff) {
 			return false
 		}
 		paRescan()
@@ -210,36 +251,31 @@ func (l *link) recover(ctx context.Context) bool {
 	}
 }
 
-// waitFirst waits until the new stream has delivered, running idle meanwhile.
+// waitFirst waits until the new stream has delivered: the callback wakes it.
 func (l *link) waitFirst(ctx context.Context) error {
-	start := l.frames.Load()
-	deadline := time.Now().Add(l.startupGrace)
-	for l.frames.Load() == start {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s %s %q: no audio within %v of reopening", l.verb, l.kind, l.name, l.startupGrace)
-		}
-		if !l.pause(ctx, lostTick) {
+	g := l.gen.Load()
+	t := time.NewTimer(l.startupGrace)
+	defer t.Stop()
+	for l.delivered.Load() != g {
+		select {
+		case <-ctx.Done():
 			return ctx.Err()
+		case <-t.C:
+			return fmt.Errorf("%s %s %q: no audio within %v of reopening", l.verb, l.kind, l.name, l.startupGrace)
+		case <-l.kick:
 		}
 	}
 	return nil
 }
 
-// pause waits for d or until ctx ends (false), running idle every lostTick.
-func (l *link) pause(ctx context.Context, d time.Duration) bool {
-	end := time.After(d)
-	t := time.NewTicker(lostTick)
+// sleep waits for d; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-end:
-			return true
-		case now := <-t.C:
-			if l.idle != nil {
-				l.idle(now)
-			}
-		}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/omnisat/omnisat/devices"
 	"github.com/omnisat/omnisat/pipeline"
 )
 
@@ -186,10 +187,10 @@ func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
 				r.mark(ref.clock(at), rate)
 			}
 			r.write(in)
-			link.frames.Add(int64(len(in) / r.frame))
+			link.moved(gen)
 		}
 	}
-	s, err := paOpen(dev, true, m.channels, lat, m.rate, m.cfg.FramesPerBuffer, cb)
+	s, err := paOpen(dev, true, m.channels, lat, m.rate, m.cfg.FramesPerBuffer, cb, nil, func() { link.finished(gen) })
 	if err != nil {
 		return nil, dev.name, err
 	}
@@ -277,14 +278,20 @@ func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
 			m.delivered += int64(n)
 			return n, nil
 		}
-		m.timer.Reset(wait)
+		// Sleep until the device delivers (the callback, or a loss, wakes the ring) or, while
+		// it is lost, until the next block of silence is due.
+		var due <-chan time.Time
+		if wait > 0 {
+			m.timer.Reset(wait)
+			due = m.timer.C
+		}
 		select {
 		case <-ctx.Done():
 			m.timer.Stop()
 			return 0, ctx.Err()
 		case <-m.done:
 		case <-m.ring.notify:
-		case <-m.timer.C:
+		case <-due:
 		}
 		m.timer.Stop()
 	}
@@ -319,17 +326,22 @@ func (m *Microphone) fill(p []float32) int {
 	return n
 }
 
+// lostBlock is how much silence Read hands out at a time while the device is lost: one
+// wake-up per block, like a device's buffer period.
+const lostBlock = OutputRate / 10
+
 // fillSilence writes the silence due while the device is lost and returns how many samples,
-// or 0 and how long to wait before asking again.
+// or 0 and how long to wait for the next block (0: nothing to wait for, the device is there).
 func (m *Microphone) fillSilence(p []float32, now time.Time) (int, time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.lost {
-		return 0, 250 * time.Millisecond
+		return 0, 0
 	}
-	due := int64(now.Sub(m.silenceFrom).Seconds()*OutputRate) - m.silenceGiven
-	if due <= 0 {
-		return 0, 20 * time.Millisecond
+	clock := devices.NewSampleClock(m.silenceFrom, OutputRate, 1)
+	due := clock.Due(now) - m.silenceGiven
+	if due < min(lostBlock, int64(len(p))) {
+		return 0, max(clock.At(m.silenceGiven+min(lostBlock, int64(len(p)))).Sub(now), time.Millisecond)
 	}
 	n := int(min(due, int64(len(p))))
 	clear(p[:n])

@@ -20,6 +20,7 @@ package audio
 #include <fcntl.h>
 #include <unistd.h>
 #include <portaudio.h>
+#include "bridge.h"
 
 // omnisatQuietInit runs Pa_Initialize with stderr pointed at /dev/null: probing every ALSA
 // and JACK device prints dozens of lines ("cannot find card", "jack server is not running")
@@ -46,34 +47,25 @@ static PaError omnisatQuietInit(int quiet) {
 	return err;
 }
 
-extern void omnisatAudioCallback(uintptr_t handle, float *in, float *out, unsigned long frames, double at);
-
-// The time handed on is when the buffer's first frame met the converter (ADC for input, DAC for
-// output) on PortAudio's stream clock, or the callback's own time when the host API gives none:
-// the echo canceller lines the speaker's output up with the microphone's input by it.
-static int omnisatPaCallback(const void *in, void *out, unsigned long frames,
-		const PaStreamCallbackTimeInfo *timeInfo, PaStreamCallbackFlags flags, void *user) {
-	double at = 0;
-	if (timeInfo) {
-		at = in ? timeInfo->inputBufferAdcTime : timeInfo->outputBufferDacTime;
-		if (at == 0) at = timeInfo->currentTime;
-	}
-	omnisatAudioCallback((uintptr_t)user, (float *)in, (float *)out, frames, at);
-	return paContinue;
-}
-
-// omnisatOpen opens a float32 interleaved callback stream, input or output. The handle
-// travels as the callback's user data; it is an integer, converted to a pointer here in C.
+// omnisatOpen opens a float32 interleaved callback stream, input or output, whose callback
+// moves the buffers through b (bridge.c).
 static PaError omnisatOpen(PaStream **s, int device, int channels, int input, double latency,
-		double rate, unsigned long framesPerBuffer, uintptr_t handle) {
+		double rate, unsigned long framesPerBuffer, omnisatBridge *b) {
 	PaStreamParameters p;
 	p.device = device;
 	p.channelCount = channels;
 	p.sampleFormat = paFloat32;
 	p.suggestedLatency = latency;
 	p.hostApiSpecificStreamInfo = NULL;
-	return Pa_OpenStream(s, input ? &p : NULL, input ? NULL : &p, rate, framesPerBuffer,
-		paNoFlag, omnisatPaCallback, (void *)handle);
+	PaError err = Pa_OpenStream(s, input ? &p : NULL, input ? NULL : &p, rate, framesPerBuffer,
+		paNoFlag, omnisatBridgeCallback, b);
+	if (err == paNoError) {
+		err = Pa_SetStreamFinishedCallback(*s, omnisatBridgeFinished);
+		if (err != paNoError) {
+			Pa_CloseStream(*s);
+		}
+	}
+	return err;
 }
 
 static const char *omnisatHostError(void) {
@@ -87,8 +79,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/cgo"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -254,56 +247,181 @@ func paDevices() ([]paDevice, int, int, error) {
 
 func seconds(t C.PaTime) time.Duration { return time.Duration(float64(t) * float64(time.Second)) }
 
-// paStream is an open callback stream.
+// paStream is an open callback stream. Its callback runs in C (bridge.c); a pump goroutine,
+// woken once per device buffer through the bridge's eventfd, runs the stream's Go callback.
 type paStream struct {
 	s      unsafe.Pointer // *C.PaStream
-	handle cgo.Handle     // to the callback, passed through C as an integer
+	bridge *C.omnisatBridge
+	wake   *os.File      // the bridge's eventfd, read through the runtime's poller
+	pumped chan struct{} // closed when the pump has stopped
 	closed bool
+	lost   int64 // at close: frames dropped (see dropped)
 }
 
-// streamCallback is what a stream calls with each buffer: in for an input stream, out (to
-// fill) for an output stream, interleaved float32 frames. It runs on PortAudio's thread and
-// must not block. at is when the buffer's first frame met the converter, in seconds on
-// PortAudio's stream clock (shared by the streams of one process), 0 when unknown.
+// streamCallback is what a stream's pump calls: in for an input stream (a buffer the device
+// delivered, at the time its first frame met the converter), out (to fill) for an output stream
+// (frames the device will take next; at is when the first of them is expected to). Frames are
+// interleaved float32. at is in seconds on PortAudio's stream clock (shared by the streams of
+// one process), 0 when unknown. It must not block.
 type streamCallback func(in, out []float32, at float64)
 
-type callbackInfo struct {
-	fn       streamCallback
-	channels int
-	input    bool
-}
+// playedFunc gets what an output device played, buffer by buffer (the silence it played when
+// the pump was late included), with the time its first frame met the converter.
+type playedFunc func(frames []float32, at float64)
 
-//export omnisatAudioCallback
-func omnisatAudioCallback(handle C.uintptr_t, in, out *C.float, frames C.ulong, at C.double) {
-	c := cgo.Handle(handle).Value().(*callbackInfo)
-	n := int(frames) * c.channels
-	if c.input {
-		if in != nil {
-			c.fn(unsafe.Slice((*float32)(unsafe.Pointer(in)), n), nil, float64(at))
-		}
-		return
-	}
-	if out != nil {
-		c.fn(nil, unsafe.Slice((*float32)(unsafe.Pointer(out)), n), float64(at))
-	}
-}
+// bridgeSeconds is the room of a bridge's ring: how far the pump may fall behind the device
+// (a loaded board can hold a goroutine back for a while; the microphone's own ring behind it
+// holds 2 s more).
+const bridgeSeconds = 1.0
 
-// paOpen opens and starts a stream on a device. Called under paDo.
-func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate, framesPerBuffer int, fn streamCallback) (*paStream, error) {
-	h := cgo.NewHandle(&callbackInfo{fn: fn, channels: channels, input: input})
+// paOpen opens and starts a stream on a device; played (output only, may be nil) gets what the
+// device played, finished (may be nil) runs when the stream stops. They and fn run on the
+// stream's pump goroutine. Called under paDo.
+func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate, framesPerBuffer int,
+	fn streamCallback, played playedFunc, finished func()) (*paStream, error) {
+	// An output callback may wait for Go up to half its buffer's latency (at most 25 ms).
+	grace := min(25, max(2, int(latency.Milliseconds()/2)))
+	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.uint64_t(max(4096, int(bridgeSeconds*float64(rate)))), C.int(grace))
+	if b == nil {
+		return nil, fmt.Errorf("open stream on %q: no memory for its buffers", dev.name)
+	}
 	var s unsafe.Pointer // a *C.PaStream, which is a void*
 	code := C.omnisatOpen(&s, C.int(dev.index), C.int(channels), boolInt(input), C.double(latency.Seconds()),
-		C.double(rate), C.ulong(framesPerBuffer), C.uintptr_t(h))
+		C.double(rate), C.ulong(framesPerBuffer), b)
 	if err := paError(code); err != nil {
-		h.Delete()
+		C.close(b.efd)
+		C.omnisatBridgeFree(b)
 		return nil, fmt.Errorf("open stream on %q at %d Hz, %d channels: %w", dev.name, rate, channels, err)
 	}
-	st := &paStream{s: s, handle: h}
+	st := &paStream{s: s, bridge: b, wake: os.NewFile(uintptr(b.efd), "audio stream wake-up"), pumped: make(chan struct{})}
+	go st.pump(fn, played, finished, rate, channels, input)
 	if err := paError(C.Pa_StartStream(s)); err != nil {
 		st.close()
 		return nil, fmt.Errorf("start stream on %q: %w", dev.name, err)
 	}
 	return st, nil
+}
+
+// counter is a pointer to one of the bridge's counters, for atomic access.
+func counter(p *C.uint64_t) *uint64 { return (*uint64)(unsafe.Pointer(p)) }
+
+// pump runs fn for the buffers the callback moved, each time the callback wakes it, until the
+// stream is closed.
+func (s *paStream) pump(fn streamCallback, played playedFunc, finished func(), rate, channels int, input bool) {
+	defer close(s.pumped)
+	b := s.bridge
+	ring := unsafe.Slice((*float32)(unsafe.Pointer(b.data)), int(b.cap)*channels)
+	records := unsafe.Slice(&b.rec[0], C.OMNISAT_RECORDS)
+	var scratch, heard []float32
+	wait, err := waiter(s.wake)
+	if err != nil {
+		return
+	}
+	// Output: frames written; records read; the largest buffer seen.
+	var w, rr, maxFrames uint64
+	for {
+		if err := wait(); err != nil {
+			return // closed
+		}
+		rw := atomic.LoadUint64(counter(&b.rw))
+		if input {
+			for ; rr < rw; rr++ {
+				rec := records[rr%C.OMNISAT_RECORDS]
+				n := int(rec.frames) * channels
+				if cap(scratch) < n {
+					scratch = make([]float32, n)
+				}
+				ringRead(ring, int(rec.pos)*channels, scratch[:n])
+				fn(scratch[:n], nil, float64(rec.at))
+				atomic.StoreUint64(counter(&b.r), uint64(rec.pos+rec.frames))
+			}
+			atomic.StoreUint64(counter(&b.rr), rr)
+		} else if rw > rr {
+			r := atomic.LoadUint64(counter(&b.r))
+			// What the device played, buffer by buffer: the ring's frames from the buffer's
+			// position up to the next buffer's (or up to r), then silence if the ring ran dry.
+			// Those frames are intact: nothing is written over them before the refill below.
+			if played != nil {
+				for i := rr; i < rw; i++ {
+					rec := records[i%C.OMNISAT_RECORDS]
+					end := r
+					if i+1 < rw {
+						end = uint64(records[(i+1)%C.OMNISAT_RECORDS].pos)
+					}
+					n, frames := int(end-uint64(rec.pos))*channels, int(rec.frames)*channels
+					if cap(heard) < frames {
+						heard = make([]float32, frames)
+					}
+					ringRead(ring, int(rec.pos)*channels, heard[:min(n, frames)])
+					clear(heard[min(n, frames):frames])
+					played(heard[:frames], float64(rec.at))
+				}
+			}
+			// Keep the device's next buffer queued (its largest so far): each buffer it takes
+			// wakes this goroutine to queue the one after. A callback that finds less (a host
+			// running several callbacks in a row, or this goroutine late) wakes it and waits a
+			// little for it (bridge.c), so what is queued ahead, and with it the delay an
+			// interrupt takes to be heard, stays one buffer.
+			last := records[(rw-1)%C.OMNISAT_RECORDS]
+			maxFrames = max(maxFrames, uint64(last.frames))
+			rr = rw
+			atomic.StoreUint64(counter(&b.rr), rr)
+			queued := w - r
+			if target := maxFrames; queued < target {
+				k := int(min(target-queued, uint64(b.cap)-queued))
+				if cap(scratch) < k*channels {
+					scratch = make([]float32, k*channels)
+				}
+				// Frame w meets the converter (w - pos) frames after the last buffer's first.
+				at := float64(last.at) + float64(w-uint64(last.pos))/float64(rate)
+				fn(nil, scratch[:k*channels], at)
+				ringWrite(ring, int(w)*channels, scratch[:k*channels])
+				w += uint64(k)
+				atomic.StoreUint64(counter(&b.w), w)
+			}
+		}
+		if finished != nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&b.finished))) != 0 {
+			finished()
+			finished = nil
+		}
+	}
+}
+
+// waiter returns a function that sleeps until the eventfd has been bumped and clears it. It
+// reads with a raw system call inside the runtime's poller: a blocking-style read would tell
+// the Go scheduler it enters a system call, which wakes its monitor thread each time (about
+// three extra wake-ups per buffer); a read of a ready eventfd never blocks.
+func waiter(f *os.File) (func() error, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var tick [8]byte
+	read := func(fd uintptr) bool {
+		_, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&tick[0])), uintptr(len(tick)))
+		return errno != syscall.EAGAIN // done unless nothing was there yet
+	}
+	return func() error { return rc.Read(read) }, nil
+}
+
+// ringRead copies len(dst) samples from ring position at (in samples), wrapping.
+func ringRead(ring []float32, at int, dst []float32) {
+	at %= len(ring)
+	k := copy(dst, ring[at:])
+	copy(dst[k:], ring)
+}
+
+// ringWrite copies src into the ring from position at (in samples), wrapping.
+func ringWrite(ring []float32, at int, src []float32) {
+	at %= len(ring)
+	k := copy(ring[at:], src)
+	copy(ring, src[k:])
+}
+
+// dropped is the bridge's count of lost frames: input the pump fell a whole ring behind on,
+// or output silence played because the pump was late.
+func (s *paStream) dropped() int64 {
+	return int64(atomic.LoadUint64(counter(&s.bridge.dropped)))
 }
 
 func boolInt(b bool) C.int {
@@ -319,8 +437,8 @@ func (s *paStream) active() bool {
 	return !s.closed && C.Pa_IsStreamActive(s.s) == 1
 }
 
-// close aborts and closes the stream; no callback runs after it returns. Called through
-// paClose (or under paDo when the stream never got out of paOpen).
+// close aborts and closes the stream; no callback runs after it returns, and the pump has
+// stopped. Called through paClose (or under paDo when the stream never got out of paOpen).
 func (s *paStream) close() error {
 	if s.closed {
 		return nil
@@ -328,6 +446,9 @@ func (s *paStream) close() error {
 	s.closed = true
 	C.Pa_AbortStream(s.s)
 	err := paError(C.Pa_CloseStream(s.s))
-	s.handle.Delete()
+	s.wake.Close() // no callback writes to it any more; the pump's Read returns
+	<-s.pumped
+	s.lost = s.dropped()
+	C.omnisatBridgeFree(s.bridge)
 	return err
 }

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/omnisat/omnisat/devices"
 	"github.com/omnisat/omnisat/pipeline"
 )
 
@@ -77,9 +79,11 @@ type Speaker struct {
 	done   chan struct{}
 	once   sync.Once
 
-	// The lost-device drain, run by the supervisor only.
-	drainAt  time.Time
-	drainBuf []float32
+	// While the device is lost, the queue is consumed against the clock whenever it is looked
+	// at (drain, under drainMu), so nothing wakes up to play into the void.
+	lost    atomic.Bool
+	drainMu sync.Mutex
+	drain   *devices.PlaybackClock
 }
 
 // speakerChunk is the callback's mono scratch size in frames; bigger buffers are pulled in
@@ -98,9 +102,8 @@ func OpenSpeaker(ctx context.Context, cfg SpeakerConfig, onState func(ok bool, e
 	s := &Speaker{cfg: cfg}
 	s.link = newLink("speaker", "play", cfg.Device, log, onState)
 	s.link.open = s.openStream
-	s.link.lost = func(since time.Time, _ error) { s.drainAt = since }
-	s.link.back = func() {}
-	s.link.idle = s.drain
+	s.link.lost = s.setLost
+	s.link.back = s.setBack
 	if err := s.link.openStream(); err != nil {
 		paRelease()
 		return nil, fmt.Errorf("open speaker %q: %w", cfg.Device, err)
@@ -133,7 +136,7 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			s.cfg.Echo.attach(s.rate)
 		}
 		s.scratch = make([]float32, speakerChunk)
-		s.drainBuf = make([]float32, s.rate/10)
+		s.drain = devices.NewPlaybackClock(pb, time.Now())
 	}
 	lat := s.cfg.Latency
 	if lat == 0 {
@@ -154,15 +157,27 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			continue
 		}
 		link, pb, scratch, echo := s.link, s.pb, s.scratch, s.cfg.Echo
-		cb := func(_, out []float32, at float64) {
+		cb := func(_, out []float32, _ float64) {
 			if !link.current(gen) {
 				clear(out)
 				return
 			}
-			fillOutput(pb, out, ch, scratch, echo, at)
-			link.frames.Add(int64(len(out) / ch))
+			fillOutput(pb, out, ch, scratch)
 		}
-		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb)
+		var mono []float32
+		if echo != nil {
+			mono = make([]float32, speakerChunk)
+		}
+		played := func(frames []float32, at float64) {
+			if !link.current(gen) {
+				return
+			}
+			link.moved(gen)
+			if echo != nil {
+				writeEcho(echo, frames, ch, mono, at)
+			}
+		}
+		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb, played, func() { link.finished(gen) })
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -173,28 +188,17 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 	return nil, dev.name, errors.Join(errs...)
 }
 
-// fillOutput is the stream callback's work: pull mono samples for out's frames and spread
-// them over ch interleaved channels, and hand them to echo (may be nil) stamped with at. It
-// does not allocate.
-func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32, echo *EchoReference, at float64) {
+// fillOutput is the stream's work: pull mono samples for out's frames and spread them over
+// ch interleaved channels. It does not allocate.
+func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32) {
 	if ch == 1 {
 		pb.Pull(out)
-		if echo != nil {
-			echo.write(out, at)
-		}
 		return
 	}
 	frames := len(out) / ch
 	for done := 0; done < frames; {
 		n := min(frames-done, len(scratch))
 		pb.Pull(scratch[:n])
-		switch {
-		case echo == nil:
-		case done == 0:
-			echo.write(scratch[:n], at)
-		default:
-			echo.writeMore(scratch[:n])
-		}
 		dst := out[done*ch : (done+n)*ch]
 		if ch == 2 {
 			for i, v := range scratch[:n] {
@@ -213,30 +217,76 @@ func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32,
 	clear(out[frames*ch:])
 }
 
-// drain consumes the queue at real-time pace while the device is lost (supervisor only).
-func (s *Speaker) drain(now time.Time) {
-	due := int(now.Sub(s.drainAt).Seconds() * float64(s.rate))
-	if due <= 0 {
+// writeEcho hands what the device played (ch interleaved channels carrying one signal, the
+// first frame at the converter at time at) to the echo reference as mono, using mono as room.
+func writeEcho(echo *EchoReference, frames []float32, ch int, mono []float32, at float64) {
+	if ch == 1 {
+		echo.write(frames, at)
 		return
 	}
-	s.drainAt = s.drainAt.Add(time.Duration(float64(due) / float64(s.rate) * float64(time.Second)))
-	for due > 0 {
-		n := min(due, len(s.drainBuf))
-		s.pb.Pull(s.drainBuf[:n])
-		due -= n
+	n := len(frames) / ch
+	for done := 0; done < n; {
+		k := min(n-done, len(mono))
+		for i := range mono[:k] {
+			mono[i] = frames[(done+i)*ch]
+		}
+		if done == 0 {
+			echo.write(mono[:k], at)
+		} else {
+			echo.writeMore(mono[:k])
+		}
+		done += k
 	}
 }
 
+// setLost starts consuming the queue into the void from since, when the device last
+// delivered (supervisor).
+func (s *Speaker) setLost(since time.Time, _ error) {
+	s.drainMu.Lock()
+	s.drain.Restart(since)
+	s.lost.Store(true)
+	s.drainMu.Unlock()
+}
+
+// setBack hands the queue to the new stream (supervisor).
+func (s *Speaker) setBack() {
+	s.drainMu.Lock()
+	s.drain.CatchUp(time.Now(), nil)
+	s.lost.Store(false)
+	s.drainMu.Unlock()
+}
+
+// catchUp consumes what a lost device would have played by now.
+func (s *Speaker) catchUp() {
+	if !s.lost.Load() {
+		return
+	}
+	s.drainMu.Lock()
+	if s.lost.Load() {
+		s.drain.CatchUp(time.Now(), nil)
+	}
+	s.drainMu.Unlock()
+}
+
 // Play queues 24 kHz mono samples (agent.Speaker); it does not wait for the device.
-func (s *Speaker) Play(samples []float32) { s.pb.Play(samples) }
+func (s *Speaker) Play(samples []float32) {
+	s.catchUp()
+	s.pb.Play(samples)
+}
 
 // FlushAfter drops queued audio beyond keep (agent.Speaker); FlushAfter(0) silences the
 // output within about one device buffer, with a 3 ms fade.
-func (s *Speaker) FlushAfter(keep time.Duration) { s.pb.FlushAfter(keep) }
+func (s *Speaker) FlushAfter(keep time.Duration) {
+	s.catchUp()
+	s.pb.FlushAfter(keep)
+}
 
 // Pending is the queued audio not yet handed to the device (agent.Speaker). The device's own
 // buffer (its output latency, ~35 ms on PulseAudio) is not included.
-func (s *Speaker) Pending() time.Duration { return s.pb.Pending() }
+func (s *Speaker) Pending() time.Duration {
+	s.catchUp()
+	return s.pb.Pending()
+}
 
 // SetVolume sets the volume live, 0..100 (clamped), ramped over 20 ms; see
 // pipeline.Playback.SetVolume for the curve.
@@ -247,7 +297,10 @@ func (s *Speaker) Volume() int { return s.pb.Volume() }
 
 // Position is how much queued audio has been handed to the device (or, while it was lost,
 // consumed in its place) since the speaker opened.
-func (s *Speaker) Position() time.Duration { return s.pb.Position() }
+func (s *Speaker) Position() time.Duration {
+	s.catchUp()
+	return s.pb.Position()
+}
 
 // Rate is the device rate in Hz.
 func (s *Speaker) Rate() int { return s.rate }
@@ -256,7 +309,10 @@ func (s *Speaker) Rate() int { return s.rate }
 func (s *Speaker) Name() string { return s.link.deviceName() }
 
 // Stats returns the playback queue's counters (in device-rate samples).
-func (s *Speaker) Stats() pipeline.PlaybackStats { return s.pb.Stats() }
+func (s *Speaker) Stats() pipeline.PlaybackStats {
+	s.catchUp()
+	return s.pb.Stats()
+}
 
 // Losses is how many times the device was lost.
 func (s *Speaker) Losses() int64 { return s.link.losses.Load() }

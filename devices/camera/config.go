@@ -2,6 +2,7 @@ package camera
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -55,12 +56,13 @@ func (c Config) WithDefaults() Config {
 	if c.RetryMax == 0 {
 		c.RetryMax = max(DefaultRetryMax, c.Retry)
 	}
-	o := c.jpegOptions().WithDefaults()
+	o := c.JPEG().WithDefaults()
 	c.MaxEdge, c.Quality = o.MaxEdge, o.Quality
 	return c
 }
 
-func (c Config) jpegOptions() jpeg.Options {
+// JPEG is the encoding settings.
+func (c Config) JPEG() jpeg.Options {
 	return jpeg.Options{MaxEdge: c.MaxEdge, Quality: c.Quality}
 }
 
@@ -69,7 +71,7 @@ func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	c = c.WithDefaults()
-	if _, err := parseSource(c.Source); err != nil {
+	if _, err := ParseSource(c.Source); err != nil {
 		bad("camera.source: %w", err)
 	}
 	if c.Width < 0 || c.Width > 16384 {
@@ -94,32 +96,34 @@ func (c Config) Validate() error {
 	} else if c.RetryMax > time.Hour {
 		bad("camera.retry_max: %v is outside camera.retry..1h", c.RetryMax)
 	}
-	if err := c.jpegOptions().Validate(); err != nil {
+	if err := c.JPEG().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-type sourceKind int
+// SourceKind is what a Source names.
+type SourceKind int
 
 const (
-	kindIndex  sourceKind = iota // "0"
-	kindDevice                   // "/dev/video0"
-	kindFile                     // "file:PATH"
-	kindOther                    // GStreamer pipeline, URL
+	SourceIndex    SourceKind = iota // "0": a V4L2 camera by index
+	SourceDevice                     // "/dev/video0"
+	SourceFile                       // "file:PATH"
+	SourcePipeline                   // a GStreamer pipeline (it has a "!")
+	SourceURL                        // anything else: an RTSP/HTTP URL for OpenCV to try
 )
 
-// source is a parsed Config.Source.
-type source struct {
-	name  string // as configured, for messages
-	kind  sourceKind
-	index int    // kindIndex
-	uri   string // what OpenCV opens (the path for kindDevice and kindFile)
-	api   int    // OpenCV API preference
+// Source is a parsed Config.Source.
+type Source struct {
+	Name  string // as configured, for messages
+	Kind  SourceKind
+	Index int    // SourceIndex
+	URI   string // what is opened (the path for SourceDevice and SourceFile)
 }
 
-func parseSource(s string) (source, error) {
-	src := source{name: s, uri: s, api: apiAny}
+// ParseSource reads a Config.Source.
+func ParseSource(s string) (Source, error) {
+	src := Source{Name: s, URI: s}
 	switch {
 	case strings.TrimSpace(s) == "":
 		return src, errors.New("empty: want a camera index, /dev/videoN, file:PATH or a GStreamer pipeline")
@@ -128,18 +132,18 @@ func parseSource(s string) (source, error) {
 		if err != nil || n > 1023 {
 			return src, fmt.Errorf("%q is not a usable camera index", s)
 		}
-		src.kind, src.index, src.api = kindIndex, n, apiV4L2
+		src.Kind, src.Index = SourceIndex, n
 	case strings.HasPrefix(s, "/dev/"):
-		src.kind, src.api = kindDevice, apiV4L2
+		src.Kind = SourceDevice
 	case strings.HasPrefix(s, "file:"):
-		src.kind, src.api, src.uri = kindFile, apiFFmpeg, strings.TrimPrefix(s, "file:")
-		if src.uri == "" {
+		src.Kind, src.URI = SourceFile, strings.TrimPrefix(s, "file:")
+		if src.URI == "" {
 			return src, fmt.Errorf("%q names no file", s)
 		}
 	case strings.Contains(s, "!"):
-		src.kind, src.api = kindOther, apiGStreamer
+		src.Kind = SourcePipeline
 	default:
-		src.kind = kindOther
+		src.Kind = SourceURL
 	}
 	return src, nil
 }
@@ -151,4 +155,27 @@ func isDigits(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// Args are the camera program's command-line flags for c (see RegisterFlags).
+func (c Config) Args() []string {
+	return []string{"--source", c.Source,
+		"--width", strconv.Itoa(c.Width), "--height", strconv.Itoa(c.Height),
+		"--fps", strconv.FormatFloat(c.FPS, 'g', -1, 64),
+		"--max-edge", strconv.Itoa(c.MaxEdge), "--quality", strconv.Itoa(c.Quality),
+		"--encode-fps", strconv.FormatFloat(c.EncodeFPS, 'g', -1, 64),
+		"--retry", c.Retry.String(), "--retry-max", c.RetryMax.String()}
+}
+
+// RegisterFlags makes fs fill c from the flags Args writes (zero values take the defaults).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Source, "source", "", "camera.source: index, /dev/videoN, file:PATH, a GStreamer pipeline or a URL")
+	fs.IntVar(&c.Width, "width", 0, "camera.width (0: the camera's)")
+	fs.IntVar(&c.Height, "height", 0, "camera.height (0: the camera's)")
+	fs.Float64Var(&c.FPS, "fps", 0, "camera.fps (0: the camera's)")
+	fs.IntVar(&c.MaxEdge, "max-edge", 0, "camera.max_edge (0: 640)")
+	fs.IntVar(&c.Quality, "quality", 0, "camera.quality (0: 80)")
+	fs.Float64Var(&c.EncodeFPS, "encode-fps", 0, "camera.encode_fps (0: 1)")
+	fs.DurationVar(&c.Retry, "retry", 0, "camera.retry (0: 1s)")
+	fs.DurationVar(&c.RetryMax, "retry-max", 0, "camera.retry_max (0: 30s)")
 }

@@ -211,41 +211,140 @@ func Encode(w io.Writer, a Audio) error {
 	if a.Channels < 1 || a.Rate < 1 {
 		return fmt.Errorf("bad format: %d channels at %d Hz", a.Channels, a.Rate)
 	}
-	dataBytes := 2 * len(a.Samples)
-	if int64(dataBytes) > math.MaxUint32-36 {
+	dataBytes := 2 * int64(len(a.Samples))
+	if dataBytes > maxPCMBytes {
 		return errors.New("too long for a WAV file")
 	}
-	hdr := make([]byte, 44)
-	copy(hdr[0:], "RIFF")
-	binary.LittleEndian.PutUint32(hdr[4:], uint32(36+dataBytes))
-	copy(hdr[8:], "WAVEfmt ")
-	binary.LittleEndian.PutUint32(hdr[16:], 16)
-	binary.LittleEndian.PutUint16(hdr[20:], formatPCM)
-	binary.LittleEndian.PutUint16(hdr[22:], uint16(a.Channels))
-	binary.LittleEndian.PutUint32(hdr[24:], uint32(a.Rate))
-	binary.LittleEndian.PutUint32(hdr[28:], uint32(a.Rate*a.Channels*2))
-	binary.LittleEndian.PutUint16(hdr[32:], uint16(a.Channels*2))
-	binary.LittleEndian.PutUint16(hdr[34:], 16)
-	copy(hdr[36:], "data")
-	binary.LittleEndian.PutUint32(hdr[40:], uint32(dataBytes))
-	if _, err := w.Write(hdr); err != nil {
+	if _, err := w.Write(header(a.Rate, a.Channels, uint32(dataBytes))); err != nil {
 		return err
 	}
 	buf := make([]byte, 0, 4096)
-	for _, s := range a.Samples {
+	for s := a.Samples; len(s) > 0; {
+		n := min(len(s), cap(buf)/2)
+		if _, err := w.Write(appendPCM16(buf[:0], s[:n])); err != nil {
+			return err
+		}
+		s = s[n:]
+	}
+	return nil
+}
+
+// maxPCMBytes is the most sample data a WAV header can describe.
+const maxPCMBytes = math.MaxUint32 - 36
+
+// header is the 44-byte header of a 16-bit PCM WAV file with dataBytes of samples.
+func header(rate, channels int, dataBytes uint32) []byte {
+	hdr := make([]byte, 44)
+	copy(hdr[0:], "RIFF")
+	binary.LittleEndian.PutUint32(hdr[4:], 36+dataBytes)
+	copy(hdr[8:], "WAVEfmt ")
+	binary.LittleEndian.PutUint32(hdr[16:], 16)
+	binary.LittleEndian.PutUint16(hdr[20:], formatPCM)
+	binary.LittleEndian.PutUint16(hdr[22:], uint16(channels))
+	binary.LittleEndian.PutUint32(hdr[24:], uint32(rate))
+	binary.LittleEndian.PutUint32(hdr[28:], uint32(rate*channels*2))
+	binary.LittleEndian.PutUint16(hdr[32:], uint16(channels*2))
+	binary.LittleEndian.PutUint16(hdr[34:], 16)
+	copy(hdr[36:], "data")
+	binary.LittleEndian.PutUint32(hdr[40:], dataBytes)
+	return hdr
+}
+
+// appendPCM16 appends samples as little-endian 16-bit PCM (rounded, clipped, NaN as 0).
+func appendPCM16(buf []byte, samples []float32) []byte {
+	for _, s := range samples {
 		v := math.Round(float64(s) * 32767)
 		v = math.Max(-32768, math.Min(32767, v))
 		if v != v {
 			v = 0
 		}
 		buf = binary.LittleEndian.AppendUint16(buf, uint16(int16(v)))
-		if len(buf) == cap(buf) {
-			if _, err := w.Write(buf); err != nil {
-				return err
-			}
-			buf = buf[:0]
-		}
 	}
-	_, err := w.Write(buf)
+	return buf
+}
+
+// Writer streams 16-bit PCM samples into a WAV file as they come, so that a long recording
+// never has to be held in memory. The header's sizes are brought up to date by Flush and
+// Close: after either, the file on disk is a complete WAV file of everything written so far.
+type Writer struct {
+	f        *os.File
+	w        *bufio.Writer
+	path     string
+	rate     int
+	channels int
+	data     int64 // sample bytes written
+	buf      []byte
+	err      error // the first failure; every later call returns it
+}
+
+// Create creates (or truncates) the file at path and writes its header.
+func Create(path string, rate, channels int) (*Writer, error) {
+	if channels < 1 || rate < 1 {
+		return nil, fmt.Errorf("create WAV %q: bad format: %d channels at %d Hz", path, channels, rate)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("create WAV %q: %w", path, err)
+	}
+	w := &Writer{f: f, w: bufio.NewWriter(f), path: path, rate: rate, channels: channels, buf: make([]byte, 0, 4096)}
+	if _, err := w.w.Write(header(rate, channels, 0)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("create WAV %q: %w", path, err)
+	}
+	return w, nil
+}
+
+// Write appends interleaved samples. Beyond the 4 GiB a WAV header can describe, it fails.
+func (w *Writer) Write(samples []float32) error {
+	for w.err == nil && len(samples) > 0 {
+		n := min(len(samples), cap(w.buf)/2)
+		if w.data+2*int64(n) > maxPCMBytes {
+			w.err = fmt.Errorf("write WAV %q: too long for a WAV file", w.path)
+			break
+		}
+		if _, err := w.w.Write(appendPCM16(w.buf[:0], samples[:n])); err != nil {
+			w.err = fmt.Errorf("write WAV %q: %w", w.path, err)
+			break
+		}
+		w.data += 2 * int64(n)
+		samples = samples[n:]
+	}
+	return w.err
+}
+
+// Path is the file's path.
+func (w *Writer) Path() string { return w.path }
+
+// Frames is the number of sample frames written so far.
+func (w *Writer) Frames() int64 { return w.data / 2 / int64(w.channels) }
+
+// Flush writes what is buffered and the header's sizes.
+func (w *Writer) Flush() error {
+	if w.err != nil {
+		return w.err
+	}
+	if err := w.w.Flush(); err != nil {
+		w.err = fmt.Errorf("write WAV %q: %w", w.path, err)
+		return w.err
+	}
+	if _, err := w.f.WriteAt(header(w.rate, w.channels, uint32(w.data))[:44], 0); err != nil {
+		w.err = fmt.Errorf("write WAV %q: %w", w.path, err)
+	}
+	return w.err
+}
+
+// Close flushes and closes the file; closing twice is harmless.
+func (w *Writer) Close() error {
+	if w.f == nil {
+		return nil
+	}
+	err := w.Flush()
+	if cerr := w.f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close WAV %q: %w", w.path, cerr)
+	}
+	w.f = nil
+	if w.err == nil {
+		w.err = fmt.Errorf("write WAV %q: closed", w.path)
+	}
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -126,4 +127,63 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The streaming writer: what it wrote is a complete WAV file after every Flush, the same bytes
+// as Encode of the whole recording at the end, and it holds no samples itself.
+func TestWriterStreams(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.wav")
+	w, err := Create(path, 24000, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []float32
+	for i := range 50 {
+		piece := make([]float32, 1000+i)
+		for j := range piece {
+			piece[j] = float32(math.Sin(float64(len(all)+j) / 7))
+		}
+		if err := w.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, piece...)
+		if i == 20 {
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ReadFile(path)
+			if err != nil {
+				t.Fatalf("read after Flush: %v", err)
+			}
+			if len(got.Samples) != len(all) {
+				t.Fatalf("after Flush the file holds %d samples, want %d", len(got.Samples), len(all))
+			}
+		}
+	}
+	if w.Frames() != int64(len(all)) {
+		t.Fatalf("Frames %d, want %d", w.Frames(), len(all))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := w.Write([]float32{1}); err == nil {
+		t.Fatal("Write after Close succeeded")
+	}
+	var want bytes.Buffer
+	if err := Encode(&want, Audio{Rate: 24000, Channels: 1, Samples: all}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("streamed file (%d bytes) differs from Encode (%d bytes)", len(got), want.Len())
+	}
+	if _, err := Create(filepath.Join(t.TempDir(), "no", "such", "dir.wav"), 24000, 1); err == nil {
+		t.Fatal("Create in a missing folder succeeded")
+	}
 }

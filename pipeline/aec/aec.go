@@ -36,6 +36,17 @@ static int echo_ir_size(SpeexEchoState *st) {
 static void echo_ir(SpeexEchoState *st, spx_int32_t *ir) {
 	speex_echo_ctl(st, SPEEX_ECHO_GET_IMPULSE_RESPONSE, ir);
 }
+// process runs one frame through the canceller (when there is one) and the preprocessor in a
+// single call from Go: every call from Go into C costs the Go scheduler a hand-over.
+static void process(SpeexEchoState *echo, SpeexPreprocessState *pre, spx_int16_t *mic,
+		const spx_int16_t *ref, spx_int16_t *out) {
+	spx_int16_t *buf = mic;
+	if (echo) {
+		speex_echo_cancellation(echo, mic, ref, out);
+		buf = out;
+	}
+	speex_preprocess_run(pre, buf);
+}
 */
 import "C"
 
@@ -202,14 +213,13 @@ func (p *Processor) Process(out, mic, ref []float32) error {
 		return fmt.Errorf("aec: frames of %d samples wanted, got mic %d, ref %d, out %d", p.frame, len(mic), len(ref), len(out))
 	}
 	toInt16(p.mic, mic)
-	buf := p.mic
+	buf, ref16 := p.mic, p.mic // ref16: any valid pointer without a canceller
 	if p.echo != nil {
 		toInt16(p.ref, ref)
-		C.speex_echo_cancellation(p.echo, (*C.spx_int16_t)(unsafe.Pointer(&p.mic[0])),
-			(*C.spx_int16_t)(unsafe.Pointer(&p.ref[0])), (*C.spx_int16_t)(unsafe.Pointer(&p.out[0])))
-		buf = p.out
+		buf, ref16 = p.out, p.ref
 	}
-	C.speex_preprocess_run(p.pre, (*C.spx_int16_t)(unsafe.Pointer(&buf[0])))
+	C.process(p.echo, p.pre, (*C.spx_int16_t)(unsafe.Pointer(&p.mic[0])), (*C.spx_int16_t)(unsafe.Pointer(&ref16[0])),
+		(*C.spx_int16_t)(unsafe.Pointer(&p.out[0])))
 	for i, v := range buf {
 		out[i] = float32(v) / 32768
 	}

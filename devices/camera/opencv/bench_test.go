@@ -1,4 +1,4 @@
-package camera
+package opencv
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"gocv.io/x/gocv"
+
+	"github.com/omnisat/omnisat/devices/camera"
 )
 
 func cpuTime(b *testing.B) time.Duration {
@@ -25,7 +27,7 @@ func BenchmarkCameraCPU(b *testing.B) {
 	path := makeVideo(b, filepath.Join(b.TempDir(), "cam.mp4"), 640, 480, 30, 10)
 	for _, fps := range []float64{1, 30} {
 		b.Run(map[float64]string{1: "encode_fps=1", 30: "encode_fps=30"}[fps], func(b *testing.B) {
-			c, err := Open(context.Background(), Config{Source: "file:" + path, EncodeFPS: fps}, nil, nil)
+			c, err := Open(context.Background(), camera.Config{Source: "file:" + path, EncodeFPS: fps}, nil, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -52,7 +54,7 @@ func BenchmarkCameraCPU(b *testing.B) {
 // grab is a buffer dequeue and retrieve is the whole decode.
 func BenchmarkFileFrame(b *testing.B) {
 	path := makeVideo(b, filepath.Join(b.TempDir(), "cam.mp4"), 640, 480, 30, 10)
-	src, _ := parseSource("file:" + path)
+	src, _ := camera.ParseSource("file:" + path)
 	for _, retrieve := range []bool{false, true} {
 		b.Run(map[bool]string{false: "grab", true: "grab+retrieve"}[retrieve], func(b *testing.B) {
 			m := gocv.NewMat()

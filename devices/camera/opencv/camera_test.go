@@ -1,9 +1,8 @@
-package camera
+package opencv
 
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/omnisat/omnisat/devices/camera"
 )
 
 // The camera is what the agent takes frames from (agent.FrameSource); the agent is not
@@ -94,7 +95,7 @@ func (s *stateLog) waitFor(t *testing.T, n int, within time.Duration) error {
 	}
 }
 
-func openCamera(t *testing.T, cfg Config, onState func(bool, error)) *Camera {
+func openCamera(t *testing.T, cfg camera.Config, onState func(bool, error)) *Camera {
 	t.Helper()
 	c, err := Open(context.Background(), cfg, onState, nil)
 	if err != nil {
@@ -119,7 +120,7 @@ func decodeJPEG(t *testing.T, b []byte) image.Image {
 
 func TestLatestDeliversFramesAtEncodeFPS(t *testing.T) {
 	path := makeVideo(t, filepath.Join(t.TempDir(), "cam.mp4"), 640, 480, 30, 5)
-	c := openCamera(t, Config{Source: "file:" + path, MaxEdge: 320, Quality: 60, EncodeFPS: 5}, nil)
+	c := openCamera(t, camera.Config{Source: "file:" + path, MaxEdge: 320, Quality: 60, EncodeFPS: 5}, nil)
 
 	b, ok := c.Latest()
 	if !ok {
@@ -128,7 +129,7 @@ func TestLatestDeliversFramesAtEncodeFPS(t *testing.T) {
 	if got := decodeJPEG(t, b).Bounds().Size(); got != image.Pt(320, 240) {
 		t.Errorf("frame size %v, want 320x240", got)
 	}
-	if q := jpegQuality(b); q != 60 {
+	if q, _ := estimateQuality(b); q != 60 {
 		t.Errorf("frame quality %d, want 60", q)
 	}
 
@@ -158,7 +159,7 @@ func TestLatestDeliversFramesAtEncodeFPS(t *testing.T) {
 
 func TestDefaultsShrink720p(t *testing.T) {
 	path := makeVideo(t, filepath.Join(t.TempDir(), "hd.mp4"), 1280, 720, 25, 1)
-	c := openCamera(t, Config{Source: "file:" + path}, nil)
+	c := openCamera(t, camera.Config{Source: "file:" + path}, nil)
 	b, ok := c.Latest()
 	if !ok {
 		t.Fatal("no frame")
@@ -166,7 +167,7 @@ func TestDefaultsShrink720p(t *testing.T) {
 	if got := decodeJPEG(t, b).Bounds().Size(); got != image.Pt(640, 360) {
 		t.Errorf("frame size %v, want 640x360", got)
 	}
-	if q := jpegQuality(b); q != 80 {
+	if q, _ := estimateQuality(b); q != 80 {
 		t.Errorf("frame quality %d, want the default 80", q)
 	}
 }
@@ -175,7 +176,7 @@ func TestFilePlaysAtItsFrameRateAndLoops(t *testing.T) {
 	// A 0.5 s file at 10 fps, encoded at the file's own rate: in 2 s the camera must show about
 	// 20 frames (so it loops, and is paced rather than read as fast as possible).
 	path := makeVideo(t, filepath.Join(t.TempDir(), "short.mp4"), 160, 120, 10, 0.5)
-	c := openCamera(t, Config{Source: "file:" + path, EncodeFPS: 10}, nil)
+	c := openCamera(t, camera.Config{Source: "file:" + path, EncodeFPS: 10}, nil)
 	changes, last := 0, []byte(nil)
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		b, ok := c.Latest()
@@ -202,21 +203,21 @@ func TestOpenErrors(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		cfg  Config
+		cfg  camera.Config
 		want []string
 	}{
-		{"missing file", Config{Source: "file:" + filepath.Join(dir, "nope.mp4")},
+		{"missing file", camera.Config{Source: "file:" + filepath.Join(dir, "nope.mp4")},
 			[]string{`open camera "file:` + dir, "no such file or directory"}},
-		{"not a video", Config{Source: "file:" + notVideo},
+		{"not a video", camera.Config{Source: "file:" + notVideo},
 			[]string{`open camera "file:` + notVideo + `"`, "could not open it"}},
-		{"missing device", Config{Source: "/dev/video63"},
+		{"missing device", camera.Config{Source: "/dev/video63"},
 			[]string{`open camera "/dev/video63"`, "no such file or directory"}},
-		{"missing index", Config{Source: "63"},
+		{"missing index", camera.Config{Source: "63"},
 			[]string{`open camera "63"`, "/dev/video63: no such file or directory"}},
-		{"bad pipeline", Config{Source: "nosuchelement ! appsink"},
+		{"bad pipeline", camera.Config{Source: "nosuchelement ! appsink"},
 			[]string{`open camera "nosuchelement ! appsink"`}},
-		{"empty source", Config{}, []string{`open camera ""`, "camera.source: empty"}},
-		{"bad quality", Config{Source: "0", Quality: 101}, []string{"camera.quality: 101"}},
+		{"empty source", camera.Config{}, []string{`open camera ""`, "camera.source: empty"}},
+		{"bad quality", camera.Config{Source: "0", Quality: 101}, []string{"camera.quality: 101"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			states := newStateLog()
@@ -242,7 +243,7 @@ func TestLostAndRecovered(t *testing.T) {
 	path := makeVideo(t, filepath.Join(dir, "cam.mp4"), 320, 240, 30, 0.5)
 	spare := makeVideo(t, filepath.Join(dir, "spare.mp4"), 320, 240, 30, 0.5)
 	states := newStateLog()
-	c := openCamera(t, Config{Source: "file:" + path, EncodeFPS: 10, Retry: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}, states.on)
+	c := openCamera(t, camera.Config{Source: "file:" + path, EncodeFPS: 10, Retry: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}, states.on)
 	if err := states.waitFor(t, 1, time.Second); err != nil {
 		t.Fatalf("first state: %v, want up", err)
 	}
@@ -284,7 +285,7 @@ func TestCloseAndCancelLeakNothing(t *testing.T) {
 	path := makeVideo(t, filepath.Join(t.TempDir(), "cam.mp4"), 320, 240, 30, 1)
 	before := runtime.NumGoroutine()
 
-	c, err := Open(context.Background(), Config{Source: "file:" + path}, nil, nil)
+	c, err := Open(context.Background(), camera.Config{Source: "file:" + path}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +305,7 @@ func TestCloseAndCancelLeakNothing(t *testing.T) {
 
 	// Cancelling the context stops the grabber as Close does.
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err = Open(ctx, Config{Source: "file:" + path}, nil, nil)
+	c, err = Open(ctx, camera.Config{Source: "file:" + path}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestCloseAndCancelLeakNothing(t *testing.T) {
 	c.Close()
 
 	// Open with a context that is already over fails and leaves nothing behind.
-	if _, err := Open(ctx, Config{Source: "file:" + path}, nil, nil); !errors.Is(err, context.Canceled) {
+	if _, err := Open(ctx, camera.Config{Source: "file:" + path}, nil, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("Open with a cancelled context: %v", err)
 	}
 
@@ -331,56 +332,6 @@ func TestCloseAndCancelLeakNothing(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<16)
 		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
-}
-
-func TestConfigValidate(t *testing.T) {
-	for _, tc := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{Source: "0"}, ""},
-		{Config{Source: "/dev/video0", Width: 1280, Height: 720, FPS: 30, EncodeFPS: 2}, ""},
-		{Config{Source: "file:x.mp4", MaxEdge: 320, Quality: 50}, ""},
-		{Config{Source: "libcamerasrc ! videoconvert ! appsink"}, ""},
-		{Config{Source: "rtsp://cam.local/stream"}, ""},
-		{Config{}, "camera.source: empty"},
-		{Config{Source: "  "}, "camera.source: empty"},
-		{Config{Source: "file:"}, `camera.source: "file:" names no file`},
-		{Config{Source: "99999999999999999999"}, "camera.source: \"99999999999999999999\" is not a usable camera index"},
-		{Config{Source: "0", Width: -1}, "camera.width: -1"},
-		{Config{Source: "0", Height: 20000}, "camera.height: 20000"},
-		{Config{Source: "0", FPS: -1}, "camera.fps: -1"},
-		{Config{Source: "0", EncodeFPS: -1}, "camera.encode_fps: -1"},
-		{Config{Source: "0", EncodeFPS: 31}, "camera.encode_fps: 31"},
-		{Config{Source: "0", MaxEdge: 8}, "camera.max_edge: 8"},
-		{Config{Source: "0", Quality: -3}, "camera.quality: -3"},
-		{Config{Source: "0", Retry: time.Millisecond}, "camera.retry: 1ms"},
-		{Config{Source: "0", Retry: time.Minute, RetryMax: time.Second}, "camera.retry_max: 1s"},
-	} {
-		err := tc.cfg.Validate()
-		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Validate(%+v) = %v, want %q", tc.cfg, err, tc.want)
-		}
-	}
-}
-
-func TestParseSource(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want source
-	}{
-		{"0", source{name: "0", kind: kindIndex, index: 0, uri: "0", api: apiV4L2}},
-		{"12", source{name: "12", kind: kindIndex, index: 12, uri: "12", api: apiV4L2}},
-		{"/dev/video2", source{name: "/dev/video2", kind: kindDevice, uri: "/dev/video2", api: apiV4L2}},
-		{"file:/a b.mp4", source{name: "file:/a b.mp4", kind: kindFile, uri: "/a b.mp4", api: apiFFmpeg}},
-		{"v4l2src ! appsink", source{name: "v4l2src ! appsink", kind: kindOther, uri: "v4l2src ! appsink", api: apiGStreamer}},
-		{"rtsp://x/y", source{name: "rtsp://x/y", kind: kindOther, uri: "rtsp://x/y", api: apiAny}},
-	} {
-		got, err := parseSource(tc.in)
-		if err != nil || got != tc.want {
-			t.Errorf("parseSource(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
-		}
 	}
 }
 
@@ -405,50 +356,4 @@ func TestPacerDoesNotDrift(t *testing.T) {
 	if p.wait(ctx) {
 		t.Error("wait with a cancelled context reported true")
 	}
-}
-
-// jpegQuality estimates the IJG quality from the first quantisation table (see pipeline/jpeg).
-func jpegQuality(b []byte) int {
-	var table []int
-	for i := 2; i+4 <= len(b) && b[i] == 0xFF && b[i+1] != 0xDA; i += 2 + int(binary.BigEndian.Uint16(b[i+2:])) {
-		if b[i+1] == 0xDB && i+69 <= len(b) {
-			for _, v := range b[i+5 : i+69] {
-				table = append(table, int(v))
-			}
-			break
-		}
-	}
-	slices.Sort(table)
-	std := []int{16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
-		14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
-		49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99}
-	for q := 1; q <= 100; q++ {
-		scale := 200 - 2*q
-		if q < 50 {
-			scale = 5000 / q
-		}
-		want := make([]int, 64)
-		for i, v := range std {
-			want[i] = min(255, max(1, (v*scale+50)/100))
-		}
-		slices.Sort(want)
-		if slices.Equal(want, table) {
-			return q
-		}
-	}
-	return 0
-}
-
-// FuzzConfigValidate: any configuration is accepted or rejected with a message naming a
-// camera.* field, never a panic.
-func FuzzConfigValidate(f *testing.F) {
-	f.Add("0", 640, 480, 30.0, 640, 80, 1.0)
-	f.Add("file:x.mp4", 0, 0, 0.0, 0, 0, 0.0)
-	f.Add("libcamerasrc ! appsink", -1, 99999, -3.5, 1, 101, 1e9)
-	f.Fuzz(func(t *testing.T, src string, w, h int, fps float64, edge, q int, efps float64) {
-		err := Config{Source: src, Width: w, Height: h, FPS: fps, MaxEdge: edge, Quality: q, EncodeFPS: efps}.Validate()
-		if err != nil && !strings.HasPrefix(err.Error(), "camera.") {
-			t.Errorf("error %q does not name a camera.* field", err)
-		}
-	})
 }

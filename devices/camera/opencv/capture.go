@@ -1,4 +1,4 @@
-package camera
+package opencv
 
 /*
 #cgo !windows pkg-config: opencv4
@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"gocv.io/x/gocv"
+
+	"github.com/omnisat/omnisat/devices/camera"
 )
 
 // OpenCV's VideoCapture API preferences and properties used here (opencv2/videoio.hpp, 4.6).
@@ -36,22 +38,36 @@ type capture struct {
 }
 
 // openCapture opens src with OpenCV. The error says why without repeating the source.
-func openCapture(src source) (*capture, error) {
+func openCapture(src camera.Source) (*capture, error) {
 	c := &capture{p: C.cam_new()}
+	api := apiFor(src.Kind)
 	var r C.int
-	if src.kind == kindIndex {
-		r = C.cam_open_index(c.p, C.int(src.index), C.int(src.api))
+	if src.Kind == camera.SourceIndex {
+		r = C.cam_open_index(c.p, C.int(src.Index), C.int(api))
 	} else {
-		curi := C.CString(src.uri)
-		r = C.cam_open(c.p, curi, C.int(src.api))
+		curi := C.CString(src.URI)
+		r = C.cam_open(c.p, curi, C.int(api))
 		C.free(unsafe.Pointer(curi))
 	}
 	if r != 1 {
-		err := c.err(r, fmt.Sprintf("OpenCV (%s backend) could not open it", apiName(src.api)))
+		err := c.err(r, fmt.Sprintf("OpenCV (%s backend) could not open it", apiName(api)))
 		c.close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// apiFor is the OpenCV backend for a kind of source.
+func apiFor(k camera.SourceKind) int {
+	switch k {
+	case camera.SourceIndex, camera.SourceDevice:
+		return apiV4L2
+	case camera.SourceFile:
+		return apiFFmpeg
+	case camera.SourcePipeline:
+		return apiGStreamer
+	}
+	return apiAny
 }
 
 func apiName(api int) string {

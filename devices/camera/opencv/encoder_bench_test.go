@@ -1,4 +1,4 @@
-package jpeg_test
+package opencv
 
 import (
 	"testing"

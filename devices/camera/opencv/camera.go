@@ -1,12 +1,13 @@
-// Package camera is omnisat's camera: it reads a V4L2 webcam, a CSI camera through a GStreamer
-// pipeline, a stream URL or a video file with OpenCV, and keeps the newest frame encoded as a
-// JPEG (pipeline/jpeg) for the agent to take (agent.FrameSource).
+// Package opencv is the camera through OpenCV (cgo, gocv): it reads a V4L2 webcam, a CSI
+// camera through a GStreamer pipeline, a stream URL or a video file, and keeps the newest frame
+// shrunk and encoded as a JPEG (Encoder: OpenCV's libjpeg-turbo). It runs in the camera's own
+// program (cmd/omnisat-camera), never in the agent's process: see devices/camera.
 //
 // One goroutine owns the OpenCV capture. It grabs every frame the source delivers, so that
 // the camera's queue never holds stale images, but decodes and encodes only EncodeFPS of them
 // a second. When the camera is lost it reports so once, and reopens it with exponential backoff
 // until it is back. See README.md in this folder.
-package camera
+package opencv
 
 import (
 	"context"
@@ -21,7 +22,7 @@ import (
 
 	"gocv.io/x/gocv"
 
-	"github.com/omnisat/omnisat/pipeline/jpeg"
+	"github.com/omnisat/omnisat/devices/camera"
 )
 
 // closeWait bounds how long Close (and a cancelled Open) waits for the grabber. The grabber
@@ -31,13 +32,14 @@ const closeWait = 3 * time.Second
 
 // Camera is an open camera. Latest may be called from any goroutine.
 type Camera struct {
-	cfg     Config
-	src     source
+	cfg     camera.Config
+	src     camera.Source
 	log     *slog.Logger
 	onState func(ok bool, err error)
 
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the grabber has released everything
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the grabber has released everything
+	updated chan struct{} // a token when a new frame is published
 
 	mu      sync.Mutex
 	latest  []byte
@@ -54,7 +56,7 @@ type Camera struct {
 // onState (may be nil) is called from the grabber goroutine when the camera comes up (first
 // with ok=true once Open succeeds) and when it is lost (ok=false, with the error, once per
 // loss, not per retry). It must not block for long. log may be nil.
-func Open(ctx context.Context, cfg Config, onState func(ok bool, err error), log *slog.Logger) (*Camera, error) {
+func Open(ctx context.Context, cfg camera.Config, onState func(ok bool, err error), log *slog.Logger) (*Camera, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("open camera %q: %w", cfg.Source, err)
 	}
@@ -62,14 +64,14 @@ func Open(ctx context.Context, cfg Config, onState func(ok bool, err error), log
 		return nil, fmt.Errorf("open camera %q: %w", cfg.Source, context.Cause(ctx))
 	}
 	cfg = cfg.WithDefaults()
-	src, _ := parseSource(cfg.Source) // checked by Validate
+	src, _ := camera.ParseSource(cfg.Source) // checked by Validate
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if onState == nil {
 		onState = func(bool, error) {}
 	}
-	enc, err := jpeg.NewEncoder(cfg.jpegOptions())
+	enc, err := NewEncoder(cfg.JPEG())
 	if err != nil {
 		return nil, fmt.Errorf("open camera %q: %w", cfg.Source, err)
 	}
@@ -82,6 +84,7 @@ func Open(ctx context.Context, cfg Config, onState func(ok bool, err error), log
 		onState: onState,
 		cancel:  cancel,
 		done:    make(chan struct{}),
+		updated: make(chan struct{}, 1),
 		staleIn: max(3*time.Second, 3*interval),
 	}
 	ready := make(chan error, 1)
@@ -130,12 +133,22 @@ func (c *Camera) Close() error {
 	}
 }
 
+// Updated has a token when a frame was published since it was last taken: a reader that
+// wants every new frame sleeps on it instead of polling Latest.
+func (c *Camera) Updated() <-chan struct{} { return c.updated }
+
 func (c *Camera) publish(b []byte, at time.Time) {
 	c.mu.Lock()
 	if !c.closed || b == nil {
 		c.latest, c.at = b, at
 	}
 	c.mu.Unlock()
+	if b != nil {
+		select {
+		case c.updated <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // report tells onState about a change of state, once.
@@ -155,7 +168,7 @@ func (c *Camera) report(ok bool, err error) {
 
 // run is the grabber goroutine: it owns the capture, the frame Mat and the encoder.
 // ready gets the result of the first attempt; later losses are retried with backoff.
-func (c *Camera) run(ctx context.Context, enc *jpeg.Encoder, interval time.Duration, ready chan<- error) {
+func (c *Camera) run(ctx context.Context, enc *Encoder, interval time.Duration, ready chan<- error) {
 	defer close(c.done)
 	defer c.publish(nil, time.Time{}) // stopped: no frame
 	defer enc.Close()
@@ -183,7 +196,7 @@ func (c *Camera) run(ctx context.Context, enc *jpeg.Encoder, interval time.Durat
 		})
 		if ctx.Err() != nil {
 			if ready != nil {
-				ready <- fmt.Errorf("open camera %q: %w", c.src.name, context.Cause(ctx))
+				ready <- fmt.Errorf("open camera %q: %w", c.src.Name, context.Cause(ctx))
 			}
 			return
 		}
@@ -201,15 +214,15 @@ func (c *Camera) run(ctx context.Context, enc *jpeg.Encoder, interval time.Durat
 
 // session opens the source and streams from it until it fails or ctx ends. up is called after
 // the first frame has been published.
-func (c *Camera) session(ctx context.Context, enc *jpeg.Encoder, frame *gocv.Mat, interval time.Duration, up func()) error {
+func (c *Camera) session(ctx context.Context, enc *Encoder, frame *gocv.Mat, interval time.Duration, up func()) error {
 	cp, err := c.open()
 	if err != nil {
-		return fmt.Errorf("open camera %q: %w", c.src.name, err)
+		return fmt.Errorf("open camera %q: %w", c.src.Name, err)
 	}
 	defer func() { cp.close() }()
 
 	var pace *pacer
-	if c.src.kind == kindFile {
+	if c.src.Kind == camera.SourceFile {
 		fps := cp.get(propFPS)
 		if !(fps > 0 && fps <= 1000) {
 			c.log.Warn("video file reports no usable frame rate; playing at 30 fps", "fps", fps)
@@ -229,20 +242,20 @@ func (c *Camera) session(ctx context.Context, enc *jpeg.Encoder, frame *gocv.Mat
 		}
 		ok, err := cp.grab()
 		if err != nil {
-			return fmt.Errorf("read camera %q: %w", c.src.name, err)
+			return fmt.Errorf("read camera %q: %w", c.src.Name, err)
 		}
 		if !ok {
-			if c.src.kind == kindFile && grabbed > 0 {
+			if c.src.Kind == camera.SourceFile && grabbed > 0 {
 				// End of the file: play it again. Reopening (rather than seeking) notices a file
 				// that has been deleted or replaced.
 				cp.close()
 				if cp, err = c.open(); err != nil {
-					return fmt.Errorf("reopen camera %q to loop: %w", c.src.name, err)
+					return fmt.Errorf("reopen camera %q to loop: %w", c.src.Name, err)
 				}
 				grabbed = 0
 				continue
 			}
-			return fmt.Errorf("read camera %q: no frame (end of stream, or the device is gone)", c.src.name)
+			return fmt.Errorf("read camera %q: no frame (end of stream, or the device is gone)", c.src.Name)
 		}
 		grabbed++
 		now := time.Now()
@@ -250,11 +263,11 @@ func (c *Camera) session(ctx context.Context, enc *jpeg.Encoder, frame *gocv.Mat
 			continue // drop it undecoded
 		}
 		if err := cp.retrieve(frame); err != nil {
-			return fmt.Errorf("decode frame from camera %q: %w", c.src.name, err)
+			return fmt.Errorf("decode frame from camera %q: %w", c.src.Name, err)
 		}
 		b, err := enc.Encode(*frame)
 		if err != nil {
-			return fmt.Errorf("camera %q: %w", c.src.name, err)
+			return fmt.Errorf("camera %q: %w", c.src.Name, err)
 		}
 		c.publish(b, now)
 		if first {
@@ -272,14 +285,14 @@ func (c *Camera) session(ctx context.Context, enc *jpeg.Encoder, frame *gocv.Mat
 // open opens the source and asks for the configured mode. The error does not name the source.
 func (c *Camera) open() (*capture, error) {
 	// OpenCV only says "could not open": find the plain reason first.
-	switch c.src.kind {
-	case kindFile, kindDevice:
-		if _, err := os.Stat(c.src.uri); err != nil {
+	switch c.src.Kind {
+	case camera.SourceFile, camera.SourceDevice:
+		if _, err := os.Stat(c.src.URI); err != nil {
 			return nil, err
 		}
-	case kindIndex:
+	case camera.SourceIndex:
 		if runtime.GOOS == "linux" {
-			if _, err := os.Stat(fmt.Sprintf("/dev/video%d", c.src.index)); err != nil {
+			if _, err := os.Stat(fmt.Sprintf("/dev/video%d", c.src.Index)); err != nil {
 				return nil, err
 			}
 		}
@@ -288,7 +301,7 @@ func (c *Camera) open() (*capture, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.src.kind == kindFile {
+	if c.src.Kind == camera.SourceFile {
 		return cp, nil
 	}
 	for _, s := range []struct {

@@ -1,0 +1,118 @@
+// PortAudio's stream callbacks stay in C: calling into Go from PortAudio's own thread leaves a
+// Go scheduler slot parked with that thread between buffers, which the Go runtime then has to
+// take back (and its monitor spins on) at every buffer: ~1,000 wake-ups a second for a
+// microphone and a speaker. Here the callback only copies between the device buffer and a ring
+// in C memory, notes the buffer's converter time, and bumps an eventfd; a Go goroutine waiting
+// on that eventfd through the runtime's poller does the rest, once per buffer.
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+#include "bridge.h"
+
+omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int graceMs) {
+	omnisatBridge *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	b->data = calloc(frames * (uint64_t)channels, sizeof(float));
+	b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (!b->data || b->efd < 0) {
+		if (b->efd >= 0)
+			close(b->efd);
+		free(b->data);
+		free(b);
+		return NULL;
+	}
+	b->cap = frames;
+	b->channels = channels;
+	b->input = input;
+	b->graceMs = graceMs;
+	return b;
+}
+
+// omnisatBridgeFree frees the memory; the eventfd belongs to Go's file by then.
+void omnisatBridgeFree(omnisatBridge *b) {
+	free(b->data);
+	free(b);
+}
+
+static void wake(omnisatBridge *b) {
+	uint64_t one = 1;
+	ssize_t n = write(b->efd, &one, sizeof(one));
+	(void)n; // a full counter (2^64 - 2 wake-ups unread) cannot happen
+}
+
+// ringCopy copies n frames between a ring position and a flat buffer.
+static void ringCopy(omnisatBridge *b, uint64_t pos, float *flat, uint64_t n, int toRing) {
+	uint64_t ch = (uint64_t)b->channels, at = pos % b->cap, first = n < b->cap - at ? n : b->cap - at;
+	float *ring = b->data + at * ch;
+	if (toRing) {
+		memcpy(ring, flat, first * ch * sizeof(float));
+		memcpy(b->data, flat + first * ch, (n - first) * ch * sizeof(float));
+	} else {
+		memcpy(flat, ring, first * ch * sizeof(float));
+		memcpy(flat + first * ch, b->data, (n - first) * ch * sizeof(float));
+	}
+}
+
+// The time handed on is when the buffer's first frame met the converter (ADC for input, DAC for
+// output) on PortAudio's stream clock, or the callback's own time when the host API gives none:
+// the echo canceller lines the speaker's output up with the microphone's input by it.
+int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
+		const PaStreamCallbackTimeInfo *timeInfo, PaStreamCallbackFlags flags, void *user) {
+	omnisatBridge *b = user;
+	(void)flags;
+	double at = 0;
+	if (timeInfo) {
+		at = in ? timeInfo->inputBufferAdcTime : timeInfo->outputBufferDacTime;
+		if (at == 0)
+			at = timeInfo->currentTime;
+	}
+	uint64_t rw = b->rw, rr = __atomic_load_n(&b->rr, __ATOMIC_ACQUIRE);
+	if (b->input) {
+		uint64_t w = b->w, r = __atomic_load_n(&b->r, __ATOMIC_ACQUIRE);
+		if (!in || frames > b->cap - (w - r) || rw - rr >= OMNISAT_RECORDS) {
+			__atomic_fetch_add(&b->dropped, frames, __ATOMIC_RELAXED);
+			return paContinue;
+		}
+		ringCopy(b, w, (float *)in, frames, 1);
+		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){at, w, frames};
+		__atomic_store_n(&b->w, w + frames, __ATOMIC_RELEASE);
+		__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
+	} else {
+		uint64_t r = b->r, w = __atomic_load_n(&b->w, __ATOMIC_ACQUIRE);
+		if (w - r < frames && w > 0) {
+			// Go is late with the next frames (a busy board): wake it and give it a few
+			// milliseconds, as a callback into Go would have waited for it; the device's own
+			// buffer covers the wait. Only then play silence in their place.
+			wake(b);
+			struct timespec ms = {0, 1000000};
+			for (int i = 0; i < b->graceMs && w - r < frames; i++) {
+				nanosleep(&ms, NULL);
+				w = __atomic_load_n(&b->w, __ATOMIC_ACQUIRE);
+			}
+		}
+		uint64_t n = frames < w - r ? frames : w - r;
+		float *o = out;
+		ringCopy(b, r, o, n, 0);
+		memset(o + n * (uint64_t)b->channels, 0, (frames - n) * (uint64_t)b->channels * sizeof(float));
+		if (n < frames && w > 0)
+			__atomic_fetch_add(&b->dropped, frames - n, __ATOMIC_RELAXED);
+		if (rw - rr < OMNISAT_RECORDS) {
+			b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){at, r, frames};
+			__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
+		}
+		__atomic_store_n(&b->r, r + n, __ATOMIC_RELEASE);
+	}
+	wake(b);
+	return paContinue;
+}
+
+// PortAudio calls this when the stream stops for any reason, from its own thread: the ALSA
+// host's callback thread runs it as it exits, also when it gave up on a failed device.
+void omnisatBridgeFinished(void *user) {
+	omnisatBridge *b = user;
+	__atomic_store_n(&b->finished, 1, __ATOMIC_RELEASE);
+	wake(b);
+}

@@ -1,0 +1,42 @@
+// The bridge between PortAudio's thread and Go (see bridge.c).
+#ifndef OMNISAT_BRIDGE_H
+#define OMNISAT_BRIDGE_H
+
+#include <stdint.h>
+#include <portaudio.h>
+
+#define OMNISAT_RECORDS 64
+
+// One device buffer: when its first frame met the converter (PortAudio's stream clock), where
+// it starts in the ring's frame count, and how many frames it held.
+typedef struct {
+	double at;
+	uint64_t pos;
+	uint64_t frames;
+} omnisatRecord;
+
+// A single-producer, single-consumer ring of interleaved float32 frames between the stream
+// callback and Go, with a record per callback and an eventfd that wakes Go once per buffer.
+// Counters only grow; each side stores its own with release and loads the other's with acquire.
+typedef struct {
+	float *data;
+	uint64_t cap;     // frames
+	uint64_t w;       // frames written: by the callback (input) or by Go (output)
+	uint64_t r;       // frames read: by Go (input) or by the callback (output)
+	omnisatRecord rec[OMNISAT_RECORDS];
+	uint64_t rw, rr;  // records written (callback) and read (Go)
+	uint64_t dropped; // input: frames lost because Go fell a ring behind; output: silence played because Go was late
+	int32_t finished; // PortAudio stopped the stream
+	int32_t graceMs;  // output: how long a callback waits for Go when the ring runs short
+	int32_t channels;
+	int32_t input;
+	int32_t efd;
+} omnisatBridge;
+
+omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int graceMs);
+void omnisatBridgeFree(omnisatBridge *b);
+int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
+	const PaStreamCallbackTimeInfo *timeInfo, PaStreamCallbackFlags flags, void *user);
+void omnisatBridgeFinished(void *user);
+
+#endif

@@ -1,0 +1,359 @@
+package footprint
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/omnisat/omnisat/agent/control"
+	"github.com/omnisat/omnisat/internal/testaudio"
+)
+
+// BenchmarkFootprint runs the real binary (omnisat run, built as make build builds it) as its
+// own process against the simulator in another process (testdata/simulator: a static pure-Go
+// program, so the two share no binary and no library), once for a short and once for a long
+// stretch of streaming, and reports
+//
+//   - cpu-ms/s: CPU of the omnisat process and its camera program (wait4's rusage: user +
+//     system, µs resolution, children included) of the long run minus the short run, divided
+//     by the difference in streamed seconds (chunks sent times the 1 s chunk), so that start-up
+//     and shutdown cancel out;
+//   - startup-cpu-ms: CPU when omnisat printed its banner (devices open, agent built), summed
+//     over its threads and children from /proc/PID/task/*/schedstat (nanoseconds);
+//   - wakeups/s: voluntary context switches summed over /proc/PID/task/*/status of omnisat and
+//     its children, per second of steady streaming (from 3 s after the session started to the
+//     end of the long run);
+//   - private-MB, private-growth-MB: Private_Clean + Private_Dirty of /proc/PID/smaps_rollup
+//     (omnisat and its children) at the first sample, 5 s after the session started, and the
+//     growth from there to the last sample of the long run.
+//
+// Configurations: audio_file (audio mode, the demo WAV looped as the microphone, output none,
+// no camera: the headline), video_file_1fps (the same in video mode, plus a 1 fps 640×480 video
+// file as the camera: one decode and one JPEG a second), audio_pulse (PortAudio microphone and
+// speaker on the virtual sound card: PulseAudio through ALSA's pulse plugin), audio_alsa
+// (PortAudio on a plain ALSA device with no sound server in between, as on a Raspberry Pi: the
+// paced test card of testdata/alsapaced, an ALSA plugin that plays into nothing and captures
+// silence at 48 kHz, paced by a timer once per period as a card by its interrupts).
+//
+//	make footprint
+//	FOOTPRINT_LONG=30m FOOTPRINT_ONLY=audio_file make footprint
+//
+// FOOTPRINT_SHORT and FOOTPRINT_LONG (defaults 8s and 68s, like the issue's 8 s and 65 s runs)
+// set the two stretches; FOOTPRINT_ONLY picks configurations (a comma list); FOOTPRINT_LOG=1
+// logs the memory samples (every 5 s).
+func BenchmarkFootprint(b *testing.B) {
+	short := envDuration(b, "FOOTPRINT_SHORT", 8*time.Second)
+	long := envDuration(b, "FOOTPRINT_LONG", 68*time.Second)
+	if long <= short {
+		b.Fatalf("FOOTPRINT_LONG %v must be longer than FOOTPRINT_SHORT %v", long, short)
+	}
+	dir := b.TempDir()
+	bin := buildPrograms(b, dir)
+	sim := startSimulator(b, dir)
+	wavPath, err := filepath.Abs("../../configs/demo/hello.wav")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fileAudio := "input: file:" + wavPath + "\n  loop: true\n  output: none"
+	video := filepath.Join(dir, "cam1fps.mp4")
+	only := os.Getenv("FOOTPRINT_ONLY")
+	for _, fc := range []struct {
+		name, mode, audio, camera string
+		setup                     func(b *testing.B)
+	}{
+		{name: "audio_file", mode: "audio", audio: fileAudio, camera: "none"},
+		{name: "video_file_1fps", mode: "video", audio: fileAudio, camera: "file:" + video,
+			setup: func(b *testing.B) { makeVideo(b, video) }},
+		{name: "audio_pulse", mode: "audio", audio: "input: default\n  output: default", camera: "none",
+			setup: func(b *testing.B) { testaudio.Start(b) }},
+		{name: "audio_alsa", mode: "audio", audio: "input: default\n  output: default", camera: "none",
+			setup: func(b *testing.B) { pacedCard(b, dir) }},
+	} {
+		if only != "" && !slices.Contains(strings.Split(only, ","), fc.name) {
+			continue
+		}
+		b.Run(fc.name, func(b *testing.B) {
+			if fc.setup != nil {
+				fc.setup(b)
+			}
+			cfg := filepath.Join(dir, fc.name+".yaml")
+			if err := os.WriteFile(cfg, []byte("server:\n  url: "+sim+"\n  mode: "+fc.mode+"\naudio:\n  "+fc.audio+
+				"\ncamera:\n  source: "+fc.camera+"\nlog:\n  level: warn\n"), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			for range b.N {
+				s := runOnce(b, bin, cfg, dir, short, false)
+				l := runOnce(b, bin, cfg, dir, long, os.Getenv("FOOTPRINT_LOG") == "1")
+				streamed := l.streamed - s.streamed
+				if streamed <= 0 {
+					b.Fatalf("the long run streamed %v, the short %v", l.streamed, s.streamed)
+				}
+				b.ReportMetric(float64(l.cpu-s.cpu)/float64(time.Millisecond)/streamed.Seconds(), "cpu-ms/s")
+				b.ReportMetric(l.wakeups, "wakeups/s")
+				b.ReportMetric(float64(l.startup)/float64(time.Millisecond), "startup-cpu-ms")
+				b.ReportMetric(float64(l.privFirst)/1e6, "private-MB")
+				b.ReportMetric(float64(l.privLast-l.privFirst)/1e6, "private-growth-MB")
+				b.ReportMetric(streamed.Seconds(), "streamed-s")
+			}
+		})
+	}
+}
+
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	return d
+}
+
+// buildPrograms builds omnisat and its camera program side by side, as make build does, and
+// returns omnisat's path.
+func buildPrograms(b *testing.B, dir string) string {
+	for _, prog := range []string{"omnisat", "omnisat-camera"} {
+		out, err := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, prog), "../../cmd/"+prog).CombinedOutput()
+		if err != nil {
+			b.Fatalf("build %s: %v %s", prog, err, out)
+		}
+	}
+	return filepath.Join(dir, "omnisat")
+}
+
+// startSimulator runs testdata/simulator (omnisat simulate as a static pure-Go program) and
+// returns its URL.
+func startSimulator(b *testing.B, dir string) string {
+	bin := filepath.Join(dir, "simulator")
+	build := exec.Command("go", "build", "-o", bin, "./testdata/simulator")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build the simulator: %v %s", err, out)
+	}
+	cmd := exec.Command(bin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Signal(syscall.SIGINT); cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		if _, url, ok := strings.Cut(lines.Text(), " listening on "); ok {
+			go io.Copy(io.Discard, out)
+			return strings.TrimSpace(url)
+		}
+	}
+	b.Fatal("the simulator printed no address")
+	return ""
+}
+
+// makeVideo writes a 640×480 test video at one frame a second.
+func makeVideo(b *testing.B, path string) {
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		if os.Getenv("CI") == "true" {
+			b.Fatal("ffmpeg not installed: run make deps")
+		}
+		b.Skip("ffmpeg not installed: run make deps")
+	}
+	if _, err := os.Stat(path); err == nil {
+		return
+	}
+	if out, err := exec.Command("ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=640x480:rate=1",
+		"-t", "60", "-pix_fmt", "yuv420p", path).CombinedOutput(); err != nil {
+		b.Fatalf("ffmpeg: %v %s", err, out)
+	}
+}
+
+// footprint is what one run cost.
+type footprint struct {
+	cpu                 time.Duration // user+system over the process's life, children included
+	startup             time.Duration // CPU when the banner was printed
+	streamed            time.Duration // audio the agent sent
+	wakeups             float64       // voluntary context switches a second, steady streaming
+	privFirst, privLast int64         // private memory, bytes
+}
+
+// runOnce runs omnisat run -c cfg until it has streamed for d after its session started.
+func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) footprint {
+	cmd := exec.Command(bin, "run", "-c", cfg, "--state-dir", dir)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return kv == "PULSE_SERVER=" })
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	var fp footprint
+	started := make(chan struct{})
+	go func() {
+		lines := bufio.NewScanner(out)
+		banner, listening := false, false
+		for lines.Scan() {
+			line := lines.Text()
+			if !banner && strings.HasPrefix(line, "omnisat ") {
+				banner = true
+				fp.startup = cpuOf(tree(pid))
+			}
+			if !listening && strings.Contains(line, "state listening") {
+				listening = true
+				close(started)
+			}
+		}
+	}()
+	select {
+	case <-started:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		b.Fatal("omnisat run did not start streaming within 60 s")
+	}
+	end := time.Now().Add(d)
+	var vcs0 int64
+	var t0 time.Time
+	if d > 5*time.Second {
+		time.Sleep(3 * time.Second)
+		vcs0, t0 = switchesOf(tree(pid)), time.Now()
+		for next := t0.Add(2 * time.Second); next.Before(end); next = next.Add(5 * time.Second) {
+			time.Sleep(time.Until(next))
+			p := privateOf(tree(pid))
+			if fp.privFirst == 0 {
+				fp.privFirst = p
+			}
+			fp.privLast = p
+			if logMem {
+				b.Logf("%5.0f s streaming: private %.1f MB", d.Seconds()-time.Until(end).Seconds(), float64(p)/1e6)
+			}
+		}
+	}
+	time.Sleep(time.Until(end))
+	if !t0.IsZero() {
+		fp.wakeups = float64(switchesOf(tree(pid))-vcs0) / time.Since(t0).Seconds()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	resp, err := control.Call(ctx, filepath.Join(dir, "control.sock"), control.Request{Cmd: "status"})
+	cancel()
+	if err != nil || resp.Status == nil {
+		b.Fatalf("status: %v %+v", err, resp)
+	}
+	fp.streamed = time.Duration(resp.Status.ChunksSent) * time.Second // the default 1 s chunks
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("omnisat run: %v", err)
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	fp.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return fp
+}
+
+// tree is pid and its descendants (the camera program).
+func tree(pid int) []int {
+	pids := []int{pid}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			if child, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, tree(child)...)
+			}
+		}
+	}
+	return pids
+}
+
+// sumTasks adds up a number read from every thread of pids.
+func sumTasks(pids []int, file string, read func(string) int64) int64 {
+	var sum int64
+	for _, pid := range pids {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/%s", pid, file))
+		for _, t := range tasks {
+			if b, err := os.ReadFile(t); err == nil {
+				sum += read(string(b))
+			}
+		}
+	}
+	return sum
+}
+
+// cpuOf is the time on CPU of every thread of pids (schedstat's first field, ns).
+func cpuOf(pids []int) time.Duration {
+	return time.Duration(sumTasks(pids, "schedstat", func(s string) int64 {
+		f := strings.Fields(s)
+		if len(f) == 0 {
+			return 0
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		return n
+	}))
+}
+
+// switchesOf is how often the threads of pids went to sleep (voluntary context switches).
+func switchesOf(pids []int) int64 {
+	return sumTasks(pids, "status", func(s string) int64 { return field(s, "voluntary_ctxt_switches:") })
+}
+
+// privateOf is Private_Clean + Private_Dirty of pids in bytes: the memory only they use.
+func privateOf(pids []int) int64 {
+	var sum int64
+	for _, pid := range pids {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		sum += 1024 * (field(string(b), "Private_Clean:") + field(string(b), "Private_Dirty:"))
+	}
+	return sum
+}
+
+// field reads the number after key in a /proc file of "key value" lines.
+func field(s, key string) int64 {
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// pacedCard builds the paced ALSA test card (testdata/alsapaced) and makes it the default ALSA
+// device of the processes this benchmark starts (HOME holds the .asoundrc that names it).
+func pacedCard(b *testing.B, dir string) {
+	if _, err := exec.LookPath("cc"); err != nil {
+		if os.Getenv("CI") == "true" {
+			b.Fatal("cc not installed: run make deps")
+		}
+		b.Skip("cc not installed: run make deps")
+	}
+	home := filepath.Join(dir, "alsa-home")
+	lib := filepath.Join(home, "libasound_module_pcm_paced.so")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if out, err := exec.Command("cc", "-shared", "-fPIC", "-DPIC", "-O2", "-Wall", "-o", lib,
+		"testdata/alsapaced/pcm_paced.c", "-lasound").CombinedOutput(); err != nil {
+		b.Fatalf("build the paced ALSA card (libasound2-dev): %v %s", err, out)
+	}
+	asoundrc := "pcm_type.paced { lib \"" + lib + "\" }\npcm.!default { type paced }\n"
+	if err := os.WriteFile(filepath.Join(home, ".asoundrc"), []byte(asoundrc), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.Setenv("HOME", home)
+	b.Setenv("PULSE_SERVER", "") // removed from omnisat's environment: no sound server in the way
+}

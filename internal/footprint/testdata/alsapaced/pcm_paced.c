@@ -1,0 +1,186 @@
+/*
+ * A sound card for BenchmarkFootprint where the kernel has none: an ALSA external PCM plugin
+ * ("type paced") that plays into nothing and captures silence, paced by a timer as a hardware
+ * card is paced by its period interrupts. Its hardware pointer moves one period at a time, at
+ * the wall clock's pace, and its poll descriptor (a timerfd) becomes readable once a period, so
+ * PortAudio's ALSA host sees what it sees on a Raspberry Pi's card without a sound server in
+ * between: one wake-up per period, buffers handed over in periods.
+ *
+ *   cc -shared -fPIC -O2 -o libasound_module_pcm_paced.so pcm_paced.c -lasound
+ *
+ *   pcm_type.paced { lib "/path/libasound_module_pcm_paced.so" }
+ *   pcm.!default { type paced }
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+#include <alsa/asoundlib.h>
+#include <alsa/pcm_external.h>
+
+typedef struct {
+	snd_pcm_ioplug_t io;
+	int timer;
+	struct timespec start;
+	int running;
+} paced_t;
+
+static uint64_t elapsed_frames(paced_t *p) {
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	int64_t ns = (int64_t)(now.tv_sec - p->start.tv_sec) * 1000000000 + (now.tv_nsec - p->start.tv_nsec);
+	if (ns < 0)
+		return 0;
+	return (uint64_t)((__int128)ns * p->io.rate / 1000000000);
+}
+
+static int paced_start(snd_pcm_ioplug_t *io) {
+	paced_t *p = io->private_data;
+	uint64_t ns = (uint64_t)io->period_size * 1000000000 / io->rate;
+	struct itimerspec its = {
+		.it_interval = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000},
+		.it_value = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000},
+	};
+	clock_gettime(CLOCK_MONOTONIC, &p->start);
+	p->running = 1;
+	return timerfd_settime(p->timer, 0, &its, NULL) < 0 ? -errno : 0;
+}
+
+/* Before it starts, a playback card's empty buffer is writable at once: a timer that has
+ * already expired says so to poll. */
+static int arm_now(paced_t *p) {
+	struct itimerspec its;
+	memset(&its, 0, sizeof(its));
+	its.it_value.tv_nsec = 1;
+	return timerfd_settime(p->timer, 0, &its, NULL) < 0 ? -errno : 0;
+}
+
+static int paced_prepare(snd_pcm_ioplug_t *io) {
+	paced_t *p = io->private_data;
+	p->running = 0;
+	return io->stream == SND_PCM_STREAM_PLAYBACK ? arm_now(p) : 0;
+}
+
+/* PACED_DEBUG=1 logs the period and buffer the application chose. */
+static int paced_hw_params(snd_pcm_ioplug_t *io, snd_pcm_hw_params_t *params) {
+	(void)params;
+	if (getenv("PACED_DEBUG"))
+		SNDERR("paced: %s, %u Hz, %u channels, period %lu frames, buffer %lu frames",
+			io->stream == SND_PCM_STREAM_PLAYBACK ? "playback" : "capture", io->rate, io->channels,
+			(unsigned long)io->period_size, (unsigned long)io->buffer_size);
+	return 0;
+}
+
+static int paced_stop(snd_pcm_ioplug_t *io) {
+	paced_t *p = io->private_data;
+	struct itimerspec off;
+	memset(&off, 0, sizeof(off));
+	p->running = 0;
+	timerfd_settime(p->timer, 0, &off, NULL);
+	return 0;
+}
+
+/* The hardware pointer, in whole periods, within the buffer. */
+static snd_pcm_sframes_t paced_pointer(snd_pcm_ioplug_t *io) {
+	paced_t *p = io->private_data;
+	if (!p->running)
+		return 0;
+	uint64_t f = elapsed_frames(p);
+	return (snd_pcm_sframes_t)(f % io->buffer_size);
+}
+
+static snd_pcm_sframes_t paced_transfer(snd_pcm_ioplug_t *io, const snd_pcm_channel_area_t *areas,
+		snd_pcm_uframes_t offset, snd_pcm_uframes_t size) {
+	if (io->stream == SND_PCM_STREAM_CAPTURE)
+		snd_pcm_areas_silence(areas, offset, io->channels, size, io->format);
+	return size; /* playback: into nothing */
+}
+
+static int paced_poll_revents(snd_pcm_ioplug_t *io, struct pollfd *pfd, unsigned int nfds, unsigned short *revents) {
+	paced_t *p = io->private_data;
+	uint64_t ticks;
+	*revents = 0;
+	if (nfds != 1)
+		return -EINVAL;
+	if (pfd[0].revents & POLLIN) {
+		if (read(p->timer, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+			return -errno;
+		*revents = io->stream == SND_PCM_STREAM_PLAYBACK ? POLLOUT : POLLIN;
+		if (!p->running && io->stream == SND_PCM_STREAM_PLAYBACK)
+			return arm_now(p); /* still filling before the start */
+	}
+	return 0;
+}
+
+static int paced_close(snd_pcm_ioplug_t *io) {
+	paced_t *p = io->private_data;
+	close(p->timer);
+	free(p);
+	return 0;
+}
+
+static const snd_pcm_ioplug_callback_t paced_ops = {
+	.start = paced_start,
+	.prepare = paced_prepare,
+	.hw_params = paced_hw_params,
+	.stop = paced_stop,
+	.pointer = paced_pointer,
+	.transfer = paced_transfer,
+	.poll_revents = paced_poll_revents,
+	.close = paced_close,
+};
+
+SND_PCM_PLUGIN_DEFINE_FUNC(paced) {
+	snd_config_iterator_t i, next;
+	snd_config_for_each(i, next, conf) {
+		snd_config_t *n = snd_config_iterator_entry(i);
+		const char *id;
+		if (snd_config_get_id(n, &id) < 0)
+			continue;
+		if (strcmp(id, "comment") == 0 || strcmp(id, "type") == 0 || strcmp(id, "hint") == 0)
+			continue;
+		SNDERR("paced: unknown field %s", id);
+		return -EINVAL;
+	}
+	paced_t *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (p->timer < 0) {
+		int err = -errno;
+		free(p);
+		return err;
+	}
+	p->io.version = SND_PCM_IOPLUG_VERSION;
+	p->io.name = "omnisat paced test card";
+	p->io.callback = &paced_ops;
+	p->io.private_data = p;
+	p->io.mmap_rw = 0;
+	p->io.poll_fd = p->timer;
+	p->io.poll_events = POLLIN;
+	int err = snd_pcm_ioplug_create(&p->io, name, stream, mode);
+	if (err < 0) {
+		close(p->timer);
+		free(p);
+		return err;
+	}
+	static const unsigned int access[] = {SND_PCM_ACCESS_RW_INTERLEAVED};
+	static const unsigned int formats[] = {SND_PCM_FORMAT_S16_LE, SND_PCM_FORMAT_S32_LE, SND_PCM_FORMAT_FLOAT_LE};
+	if ((err = snd_pcm_ioplug_set_param_list(&p->io, SND_PCM_IOPLUG_HW_ACCESS, 1, access)) < 0 ||
+		(err = snd_pcm_ioplug_set_param_list(&p->io, SND_PCM_IOPLUG_HW_FORMAT, 3, formats)) < 0 ||
+		(err = snd_pcm_ioplug_set_param_minmax(&p->io, SND_PCM_IOPLUG_HW_CHANNELS, 1, 2)) < 0 ||
+		(err = snd_pcm_ioplug_set_param_minmax(&p->io, SND_PCM_IOPLUG_HW_RATE, 48000, 48000)) < 0 ||
+		(err = snd_pcm_ioplug_set_param_minmax(&p->io, SND_PCM_IOPLUG_HW_PERIOD_BYTES, 64, 1 << 20)) < 0 ||
+		(err = snd_pcm_ioplug_set_param_minmax(&p->io, SND_PCM_IOPLUG_HW_PERIODS, 2, 64)) < 0) {
+		snd_pcm_ioplug_delete(&p->io);
+		return err;
+	}
+	*pcmp = p->io.pcm;
+	return 0;
+}
+
+SND_PCM_PLUGIN_SYMBOL(paced);
