@@ -53,7 +53,7 @@ func soak(b *testing.B, url string, rollovers int) {
 
 	runtime.GC()
 	goroutines0, heap0, fds0 := runtime.NumGoroutine(), heapInUse(), openFiles()
-	cpu0 := cpuTime()
+	cpu0, w0 := cpuTime(), wakeups()
 	go func() { done <- sup.Run(ctx) }()
 
 	n := 0
@@ -81,7 +81,7 @@ func soak(b *testing.B, url string, rollovers int) {
 	}
 	st := sup.Status()
 	sent := st.ChunksSent
-	cpu := cpuTime() - cpu0
+	cpu, woken := cpuTime()-cpu0, wakeups()-w0
 	wall := time.Since(firstListening)
 	cancel()
 	<-done
@@ -93,6 +93,7 @@ func soak(b *testing.B, url string, rollovers int) {
 	media := float64(sent) * 0.25
 	b.ReportMetric(float64(n), "rollovers")
 	b.ReportMetric(float64(cpu.Milliseconds())/media, "cpu-ms/s-media")
+	b.ReportMetric(float64(woken)/media, "wakeups/s-media")
 	b.ReportMetric(media/wall.Seconds(), "media-s/wall-s")
 	b.ReportMetric(float64(goroutines0), "goroutines-before")
 	b.ReportMetric(float64(goroutines1), "goroutines-after")
