@@ -70,6 +70,8 @@ type setup struct {
 	noStart  bool
 	frames   agent.FrameSource
 	dialWrap func(agent.DialFunc) agent.DialFunc
+	// unchecked skips the configuration's range checks (minutes compressed into milliseconds).
+	unchecked bool
 }
 
 func newHarness(t testing.TB, su setup) *harness {
@@ -121,7 +123,11 @@ func newHarness(t testing.TB, su setup) *harness {
 	if su.dialWrap != nil {
 		dial = su.dialWrap(dial)
 	}
-	sup, err := agent.New(agent.Options{Config: cfg, Server: server, Audio: h.source, Speaker: h.speaker, Frames: su.frames,
+	newSupervisor := agent.New
+	if su.unchecked {
+		newSupervisor = agent.NewUnchecked
+	}
+	sup, err := newSupervisor(agent.Options{Config: cfg, Server: server, Audio: h.source, Speaker: h.speaker, Frames: su.frames,
 		Dial: dial, Rand: rand.New(rand.NewPCG(1, 2))})
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +265,8 @@ func TestAlwaysConnectsAndStreams(t *testing.T) {
 	h.noRejections()
 }
 
-// Chunks leave at the pace they are captured, never faster.
+// Chunks leave at the pace they are captured, never faster; what queued up before the session
+// was ready goes out at no more than catch_up_rate × real time.
 func TestPacing(t *testing.T) {
 	h := newHarness(t, setup{speed: 1})
 	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
@@ -269,11 +276,20 @@ func TestPacing(t *testing.T) {
 	if len(rec.Appends) < 6 {
 		t.Fatalf("%d chunks in 2.2 s", len(rec.Appends))
 	}
-	// n chunks of 250 ms cannot arrive in less than (n-1)×250 ms minus jitter.
-	first, last := rec.Appends[1].At, rec.Appends[len(rec.Appends)-1].At
-	n := len(rec.Appends) - 2
-	if span := last.Sub(first); span < time.Duration(n)*250*time.Millisecond-100*time.Millisecond {
-		t.Fatalf("%d chunks went out in %v: faster than real time", n+1, span)
+	checkRate(t, rec.Appends, 1.1)
+}
+
+// checkRate asserts that, after the first chunk, the audio that reached a session never ran
+// ahead of rate × the time since that chunk (with 60 ms for the arrival times' jitter).
+func checkRate(t *testing.T, appends []realtimetest.AppendRecord, rate float64) {
+	t.Helper()
+	audio := 0
+	for _, a := range appends[1:] {
+		audio += a.Samples
+		limit := rate * (a.At.Sub(appends[0].At) + 60*time.Millisecond).Seconds()
+		if float64(audio)/16000 > limit {
+			t.Fatalf("%.2f s of audio arrived %v after the first chunk: faster than %v× real time", float64(audio)/16000, a.At.Sub(appends[0].At), rate)
+		}
 	}
 }
 
@@ -295,44 +311,63 @@ func TestQueueStates(t *testing.T) {
 	h.noRejections()
 }
 
-// A server ending the session in the normal course is followed by a new session at once; an
-// error end is followed after a backoff.
+// Whatever the reason, a session that ended before it was useful (here after half a second of
+// audio, shorter than backoff_max) is followed by a new one only after a backoff; a long, useful
+// session that ends in the normal course (time limit, full context) is followed at once, and one
+// that ends with an error after a backoff again.
 func TestCloseReasons(t *testing.T) {
 	for _, tt := range []struct {
 		reason  string
 		dialect realtimetest.Dialect
+		long    bool // the session lived longer than backoff_max and took audio
 		backoff bool
 	}{
-		{"timeout", realtimetest.Current, false},
-		{"context_full", realtimetest.Legacy, false},
-		{"backend_error", realtimetest.Current, true},
-		{"server_shutdown", realtimetest.Legacy, false},
-		{"something_new", realtimetest.Current, true},
+		{"timeout", realtimetest.Current, false, true},
+		{"context_full", realtimetest.Legacy, false, true},
+		{"backend_error", realtimetest.Current, false, true},
+		{"server_shutdown", realtimetest.Legacy, false, true},
+		{"something_new", realtimetest.Current, false, true},
+		{"timeout", realtimetest.Current, true, false},
+		{"context_full", realtimetest.Legacy, true, false},
+		{"backend_error", realtimetest.Current, true, true},
 	} {
-		t.Run(tt.reason, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s long=%v", tt.reason, tt.long), func(t *testing.T) {
+			after := 2 // 0.5 s of audio, ~125 ms at 4× speed
+			if tt.long {
+				after = 24 // 6 s of audio, 1.5 s at 4× speed
+			}
 			h := newHarness(t, setup{
-				sim: realtimetest.Options{Dialect: tt.dialect, Faults: []realtimetest.Fault{{Kind: realtimetest.FaultClose, Reason: tt.reason, AfterAppends: 2, Count: 1}}},
-				cfg: agent.Config{BackoffMin: 300 * time.Millisecond, BackoffMax: 300 * time.Millisecond},
+				sim: realtimetest.Options{Dialect: tt.dialect, Faults: []realtimetest.Fault{{Kind: realtimetest.FaultClose, Reason: tt.reason, AfterAppends: after, Count: 1}}},
+				cfg: agent.Config{BackoffMin: 300 * time.Millisecond, BackoffMax: 600 * time.Millisecond},
 			})
-			ev := h.waitFor("session_ended", 10*time.Second, isLifecycle("session_ended"))
+			ev := h.waitFor("session_ended", 15*time.Second, isLifecycle("session_ended"))
 			if lc := ev.(agent.Lifecycle); lc.Reason != tt.reason {
 				t.Fatalf("ended with %q, want %q", lc.Reason, tt.reason)
 			}
-			ended := time.Now()
+			// The next state says whether the agent waits, and until when.
+			ev = h.waitFor("next state", 5*time.Second, func(ev agent.Event) bool {
+				sc, ok := ev.(agent.StateChanged)
+				return ok && (sc.Status.State == agent.StateReconnecting || sc.Status.State == agent.StateConnecting)
+			})
+			st := ev.(agent.StateChanged).Status
+			if waited := st.State == agent.StateReconnecting; waited != tt.backoff {
+				t.Fatalf("after the end: state %s (%q), want a backoff: %v", st.State, st.Detail, tt.backoff)
+			}
 			if tt.backoff {
-				h.waitFor("reconnecting", 2*time.Second, isState(agent.StateReconnecting))
+				// The first wait after a failure is drawn from [backoff_min, 2·backoff_min].
+				if w := st.NextAttempt.Sub(st.Since); w < 300*time.Millisecond || w > 600*time.Millisecond {
+					t.Errorf("next attempt in %v, want 300ms..600ms", w)
+				}
 			}
 			h.waitFor("listening again", 10*time.Second, isState(agent.StateListening))
 			if err := h.sim.WaitSessions(context.Background(), 2); err != nil {
 				t.Fatal(err)
 			}
-			recs := h.sim.Sessions()
-			gap := recs[1].ConnectedAt.Sub(ended)
-			if !tt.backoff && gap > time.Second {
-				t.Errorf("normal end: next connect after %v, want at once", gap)
+			if recs := h.sim.Sessions(); tt.backoff && recs[1].ConnectedAt.Before(st.NextAttempt) {
+				t.Errorf("dialled at %v, before the announced next attempt %v", recs[1].ConnectedAt, st.NextAttempt)
 			}
-			if st := h.sup.Status(); st.Reconnects != 1 {
-				t.Errorf("reconnects %d", st.Reconnects)
+			if st := h.sup.Status(); st.Reconnects != 1 || st.SessionsLost != 1 {
+				t.Errorf("reconnects %d, sessions lost %d; want 1 and 1", st.Reconnects, st.SessionsLost)
 			}
 			h.noRejections()
 		})
@@ -345,6 +380,7 @@ func TestBusyBackoff(t *testing.T) {
 		cfg: agent.Config{BackoffMin: 40 * time.Millisecond, BackoffMax: 2 * time.Second},
 	})
 	var waits []time.Duration
+	var at []time.Time
 	for len(waits) < 5 {
 		ev := h.waitFor("reconnecting", 10*time.Second, isState(agent.StateReconnecting))
 		st := ev.(agent.StateChanged).Status
@@ -352,54 +388,83 @@ func TestBusyBackoff(t *testing.T) {
 			t.Fatalf("reconnect detail %q / %q does not say why", st.Detail, st.LastError)
 		}
 		waits = append(waits, st.NextAttempt.Sub(st.Since))
+		at = append(at, st.NextAttempt)
 	}
 	h.waitFor("listening", 10*time.Second, isState(agent.StateListening))
-	// Full jitter: each wait lies under a ceiling that doubles per attempt.
+	// Each wait lies in [c/2, c], c doubling per attempt from 2·backoff_min: never shrinking.
 	for i, w := range waits {
-		ceil := 40 * time.Millisecond << i
-		if w < 0 || w > ceil+5*time.Millisecond {
-			t.Errorf("attempt %d waited %v, ceiling %v", i+1, w, ceil)
+		ceil := 80 * time.Millisecond << i
+		if w < ceil/2 || w > ceil {
+			t.Errorf("attempt %d waited %v, want %v..%v", i+1, w, ceil/2, ceil)
 		}
 	}
-	if slices.IsSorted(waits) && waits[0] == waits[len(waits)-1] {
-		t.Errorf("no jitter: %v", waits)
+	// No dial came before its announced time.
+	for i, rec := range h.sim.Sessions()[1:6] {
+		if rec.ConnectedAt.Before(at[i]) {
+			t.Errorf("attempt %d dialled %v before its announced time", i+2, at[i].Sub(rec.ConnectedAt))
+		}
 	}
 	t.Logf("backoff waits: %v", waits)
 	h.noRejections()
 }
 
 func TestBackoffCeiling(t *testing.T) {
-	// The backoff distribution itself, many draws: below the ceiling, spread over it, capped.
+	// The backoff distribution itself, many draws: within [c/2, c], spread over it, capped.
 	h := newHarness(t, setup{noStart: true, cfg: agent.Config{BackoffMin: time.Second, BackoffMax: 30 * time.Second}})
 	for n := 1; n <= 8; n++ {
-		ceil := min(time.Second<<(n-1), 30*time.Second)
-		var maxSeen time.Duration
+		ceil := min(time.Second<<n, 30*time.Second)
+		lo, hi := ceil, time.Duration(0)
 		for range 2000 {
 			w := agent.BackoffForTest(h.sup, n)
-			if w < 0 || w > ceil {
-				t.Fatalf("attempt %d: %v outside [0, %v]", n, w, ceil)
+			if w < ceil/2 || w > ceil {
+				t.Fatalf("attempt %d: %v outside [%v, %v]", n, w, ceil/2, ceil)
 			}
-			maxSeen = max(maxSeen, w)
+			lo, hi = min(lo, w), max(hi, w)
 		}
-		if maxSeen < ceil*9/10 {
-			t.Errorf("attempt %d: largest of 2000 draws %v, ceiling %v: not full jitter", n, maxSeen, ceil)
+		if hi < ceil*95/100 || lo > ceil*55/100 {
+			t.Errorf("attempt %d: 2000 draws span %v..%v of [%v, %v]: not spread", n, lo, hi, ceil/2, ceil)
 		}
 	}
 }
 
-func TestConfigErrorNotRetried(t *testing.T) {
-	h := newHarness(t, setup{
-		sim:    realtimetest.Options{Dialect: realtimetest.Legacy},
-		server: func(c *realtime.Config) { c.Dialect = realtime.DialectCurrent },
-	})
-	ev := h.waitFor("error", 5*time.Second, isState(agent.StateError))
-	if st := ev.(agent.StateChanged).Status; !strings.Contains(st.Detail, "dialect") {
-		t.Fatalf("error detail %q does not name the dialect", st.Detail)
+// A configuration error (here: the server speaks the other dialect) is not final: the agent
+// says why and when it tries again, tries again slowly, and heals once the server is fixed (here:
+// the gateway was replaced by one of the configured dialect).
+func TestConfigErrorRetriedSlowly(t *testing.T) {
+	legacy := realtimetest.NewServer(realtimetest.Options{Dialect: realtimetest.Legacy})
+	t.Cleanup(legacy.Close)
+	var dials atomic.Int32
+	h := newHarness(t, setup{unchecked: true,
+		cfg: agent.Config{ConfigErrorRetry: 500 * time.Millisecond},
+		dialWrap: func(d agent.DialFunc) agent.DialFunc {
+			return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+				if dials.Add(1) <= 2 {
+					cfg.URL = legacy.URL()
+				}
+				return d(ctx, cfg)
+			}
+		}})
+	var errs []agent.Status
+	for len(errs) < 2 {
+		ev := h.waitFor("error", 10*time.Second, isState(agent.StateError))
+		st := ev.(agent.StateChanged).Status
+		if !strings.Contains(st.Detail, "dialect") || st.LastError != st.Detail {
+			t.Fatalf("error detail %q / last error %q does not name the dialect", st.Detail, st.LastError)
+		}
+		// Tried again after [0.8, 1] × config_error_retry.
+		if w := st.NextAttempt.Sub(st.Since); w < 400*time.Millisecond || w > 500*time.Millisecond {
+			t.Fatalf("next attempt in %v, want 400ms..500ms", w)
+		}
+		errs = append(errs, st)
 	}
-	time.Sleep(500 * time.Millisecond)
-	if n := len(h.sim.Sessions()); n != 1 {
-		t.Fatalf("%d connection attempts after a configuration error, want 1", n)
+	h.waitFor("listening", 10*time.Second, isState(agent.StateListening))
+	if n := len(legacy.Sessions()); n != 2 {
+		t.Fatalf("%d attempts on the wrong-dialect server, want 2", n)
 	}
+	if got := legacy.Sessions()[1].ConnectedAt; got.Before(errs[0].NextAttempt) {
+		t.Errorf("retried %v before the announced time", errs[0].NextAttempt.Sub(got))
+	}
+	h.noRejections()
 }
 
 func TestCutLinkRecovers(t *testing.T) {
@@ -668,21 +733,26 @@ func (s slowSession) Send(ctx context.Context, c realtime.Chunk) error {
 	return s.Session.Send(ctx, c)
 }
 
+// slowDial wraps every session in a slowSession gated by open.
+func slowDial(open *atomic.Bool) func(agent.DialFunc) agent.DialFunc {
+	return func(d agent.DialFunc) agent.DialFunc {
+		return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+			s, err := d(ctx, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return slowSession{s, open}, nil
+		}
+	}
+}
+
 // A link that falls behind: audio beyond max_lag is dropped (and counted), memory stays bounded,
 // and what is sent afterwards is the newest audio, in order.
 func TestMaxLagDrops(t *testing.T) {
 	var open atomic.Bool
 	open.Store(true)
 	h := newHarness(t, setup{speed: 4, cfg: agent.Config{MaxLag: 500 * time.Millisecond},
-		dialWrap: func(d agent.DialFunc) agent.DialFunc {
-			return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
-				s, err := d(ctx, cfg)
-				if err != nil {
-					return nil, err
-				}
-				return slowSession{s, &open}, nil
-			}
-		}})
+		dialWrap: slowDial(&open)})
 	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
 	time.Sleep(500 * time.Millisecond)
 	open.Store(false)

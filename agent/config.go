@@ -36,8 +36,18 @@ type Config struct {
 	// IdleTimeout ends an on_demand or voice session after this long with no speech either way.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 
+	// BackoffMin and BackoffMax bound the wait before a new session after a failure (a refused or
+	// failed connect, or a session that ended before it was useful): the n-th wait in a row is
+	// drawn from [min·2ⁿ⁻¹, min·2ⁿ], at most [max/2, max].
 	BackoffMin time.Duration `yaml:"backoff_min"`
 	BackoffMax time.Duration `yaml:"backoff_max"`
+	// ConfigErrorRetry is how long the agent waits before trying again after an error that
+	// retrying should not fix (authentication, wrong dialect, unknown model): slowly, so that a
+	// device heals by itself once the server or its settings are fixed.
+	ConfigErrorRetry time.Duration `yaml:"config_error_retry"`
+	// CatchUpRate bounds how much faster than real time queued audio (captured during a gap)
+	// is sent: a multiple of real time.
+	CatchUpRate float64 `yaml:"catch_up_rate"`
 
 	// ContextLimit is the server's kv cache size; the agent rolls over ContextMargin tokens before.
 	ContextLimit  int `yaml:"context_limit"`
@@ -99,6 +109,10 @@ func (c Config) WithDefaults() Config {
 	def(&c.IdleTimeout, 30*time.Second)
 	def(&c.BackoffMin, time.Second)
 	def(&c.BackoffMax, 30*time.Second)
+	def(&c.ConfigErrorRetry, 5*time.Minute)
+	if c.CatchUpRate == 0 {
+		c.CatchUpRate = 1.1
+	}
 	if c.ContextLimit == 0 {
 		c.ContextLimit = 8192
 	}
@@ -180,5 +194,44 @@ func (c Config) Validate() error {
 	if c.BargeIn.MinSpeech < 20*time.Millisecond || c.BargeIn.MinSpeech > 5*time.Second {
 		bad("session.barge_in.min_speech: %v is outside 20ms..5s", c.BargeIn.MinSpeech)
 	}
+	if c.ConfigErrorRetry < 10*time.Second || c.ConfigErrorRetry > 24*time.Hour {
+		bad("session.config_error_retry: %v is outside 10s..24h", c.ConfigErrorRetry)
+	}
+	if !(c.CatchUpRate >= 1.05 && c.CatchUpRate <= 2) {
+		bad("session.catch_up_rate: %v is outside 1.05..2 (times real time)", c.CatchUpRate)
+	}
 	return errors.Join(errs...)
+}
+
+// minUsableContext is the least room, in tokens, a session must leave for the conversation
+// itself once its instructions are in: about ten seconds of audio. With less, every session
+// would need its rollover as soon as it starts.
+const minUsableContext = 256
+
+// estimateTokens is a rough token count of a prompt (about four characters a token in English;
+// fewer characters a token in other scripts, so this errs on the side of accepting).
+func estimateTokens(text string) int { return (len(text) + 3) / 4 }
+
+// CheckContext reports whether sessions started with these instructions (plus, with carry-over,
+// the conversation summary) can ever be useful before their rollover at context_limit −
+// context_margin. A combination that cannot is a configuration error: it would roll over again
+// and again.
+func (c Config) CheckContext(instructions string) error {
+	c = c.WithDefaults()
+	if c.ContextMargin >= c.ContextLimit {
+		return nil // Validate reports it
+	}
+	prompt := estimateTokens(instructions)
+	carry := 0
+	if *c.CarryOver {
+		carry = (c.CarryOverChars + 3) / 4
+	}
+	room := c.ContextLimit - c.ContextMargin - prompt - carry
+	if room >= minUsableContext {
+		return nil
+	}
+	return fmt.Errorf("session.context_margin: context_limit %d − context_margin %d leaves %d tokens, of which the instructions take ~%d "+
+		"and the carry-over up to ~%d (session.carry_over_chars): less than the %d a session needs to be useful before its rollover; "+
+		"raise context_limit, lower context_margin or carry_over_chars, or shorten server.instructions",
+		c.ContextLimit, c.ContextMargin, c.ContextLimit-c.ContextMargin, prompt, carry, minUsableContext)
 }

@@ -154,8 +154,27 @@ func BenchmarkStreamingWakeups(b *testing.B) {
 		if sent1-sent0 < 15 {
 			b.Fatalf("only %d chunks sent in %v", sent1-sent0, media)
 		}
+		// The microphone's own share: the same source read alone for as long.
+		base := &periodSource{samples: audio, period: 1600}
+		bctx, bcancel := context.WithTimeout(context.Background(), media+time.Second)
+		go func() {
+			buf := make([]float32, 1600)
+			for {
+				if _, err := base.Read(bctx, buf); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(time.Second / 2)
+		wb0, cpub0 := wakeups(), cpuTime()
+		time.Sleep(media)
+		wb1, cpub1 := wakeups(), cpuTime()
+		bcancel()
 		secs := media.Seconds()
 		b.ReportMetric(float64(w1-w0)/secs, "wakeups/s")
+		b.ReportMetric(float64(wb1-wb0)/secs, "mic-wakeups/s")
+		b.ReportMetric(float64((w1-w0)-(wb1-wb0))/secs, "agent-wakeups/s")
 		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/1000/secs, "cpu-ms/s-media")
+		b.ReportMetric(float64(((cpu1-cpu0)-(cpub1-cpub0)).Microseconds())/1000/secs, "agent-cpu-ms/s-media")
 	}
 }
