@@ -8,9 +8,9 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 
 all: build
 
-## deps: install the system packages and Go modules (apt-get; root or sudo)
+## deps: install the system packages and Go modules for everything (apt-get; root or sudo)
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh all
 
 ## build: the omnisat binary and the light omnisat-ctl client in bin/
 build:
@@ -18,15 +18,19 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-ctl ./cmd/omnisat-ctl
 
 ## test: formatting, vet, all tests with -race, and a short fuzz run per decoder
-test: deps
+test:
+	@scripts/deps.sh test
 	@scripts/test.sh
 
 ## demo: start the simulator and talk to it
-demo: deps build
+demo:
+	@scripts/deps.sh demo
+	@$(MAKE) --no-print-directory build
 	@scripts/demo.sh $(BIN)
 
 ## package: .deb packages for amd64 and arm64 in dist/ (arm64 cross-built), checked by lintian
-package: deps
+package:
+	@scripts/deps.sh package
 	@packaging/package.sh
 
 ## bench: the benchmarks, with memory figures

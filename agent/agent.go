@@ -80,8 +80,15 @@ type Status struct {
 
 	Muted    bool `json:"mic_muted"`
 	CameraOn bool `json:"camera_on"`
-	Volume   int  `json:"volume"` // speaker volume 0..100; -1 when the speaker has no control
-	Speech   bool `json:"speech"`
+	// Volume is the volume last set (0..100), whatever the sink: a speaker without a volume
+	// control (none, a file) keeps it for when one comes.
+	Volume int  `json:"volume"`
+	Speech bool `json:"speech"`
+	// Held is true when a stop command holds the session off across restarts (policy always).
+	Held bool `json:"held,omitempty"`
+	// Overrides names the settings that come from commands rather than the configuration
+	// (mute, camera, volume, instructions, session), kept across restarts.
+	Overrides []string `json:"overrides,omitempty"`
 	// Devices maps each device (microphone, speaker, camera) to "ok" or what is wrong with it.
 	Devices map[string]string `json:"devices,omitempty"`
 
@@ -91,8 +98,22 @@ type Status struct {
 	// BytesUp and BytesDown count the WebSocket traffic of every session so far.
 	BytesUp   uint64 `json:"bytes_up"`
 	BytesDown uint64 `json:"bytes_down"`
-	// PlaybackUnderruns counts times the speaker ran dry mid-reply (-1: not known).
-	PlaybackUnderruns int64 `json:"playback_underruns"`
+	// PlaybackUnderruns counts times the speaker ran dry mid-reply; nil when the speaker does
+	// not count them (file stand-ins, none).
+	PlaybackUnderruns *int64 `json:"playback_underruns,omitempty"`
+	// LastStep is the model's newest per-step metrics, where the server sends them.
+	LastStep *StepMetrics `json:"last_step,omitempty"`
+}
+
+// StepMetrics are the timings the model server reports for one step (MiniCPM-o metrics);
+// zero fields were not sent.
+type StepMetrics struct {
+	PrefillMS   float64   `json:"prefill_ms,omitempty"`
+	GenerateMS  float64   `json:"generate_ms,omitempty"`
+	WallClockMS float64   `json:"wall_clock_ms,omitempty"`
+	Tokens      int       `json:"n_tokens,omitempty"`
+	TTSTokens   int       `json:"n_tts_tokens,omitempty"`
+	At          time.Time `json:"at"`
 }
 
 // UnderrunCounter is a Speaker that counts its underruns. Optional.
@@ -119,6 +140,43 @@ type Utterance struct {
 	Start     time.Time
 	End       time.Time
 	Partial   bool // an unstable hypothesis (user transcript.partial)
+	// Language and Duration of the user's speech, where the server reports them (OpenVoice).
+	Language string
+	Duration time.Duration
+}
+
+// VoiceActivity is someone starting or stopping to speak, as heard by the local detector
+// (Source "local", on the echo-cancelled microphone) or by the server's VAD ("server").
+type VoiceActivity struct {
+	Source   string
+	Speaking bool
+	At       time.Time
+}
+
+// AnswerDelta is the text of an Ask answer as it streams; the Answer with the same ID ends it.
+type AnswerDelta struct {
+	ID   string
+	Text string
+}
+
+// FrameSent is the camera frame the newest chunk carried to the server (a JPEG).
+type FrameSent struct {
+	JPEG []byte
+	At   time.Time
+}
+
+// TurnOptions are a turn-based request's options (Ask and Say). Zero values leave the
+// server's defaults.
+type TurnOptions struct {
+	// Snapshot attaches the newest camera frame (Ask).
+	Snapshot bool
+	// MaxNewTokens bounds the reply's length.
+	MaxNewTokens int
+	// Thinking lets the model think before it answers (MiniCPM-o enable_thinking).
+	Thinking bool
+	// Voice names the voice to speak with: an OpenVoice voice id, or for MiniCPM-o a reference
+	// voice the Voices option resolves; empty uses the configured voice (server.tts_ref_audio).
+	Voice string
 }
 
 // Lifecycle is a session or device event: started, ended (with reason), rollover, reconnect,
@@ -137,8 +195,11 @@ type Answer struct {
 	Error string
 }
 
-func (StateChanged) agentEvent() {}
-func (TextDelta) agentEvent()    {}
-func (Utterance) agentEvent()    {}
-func (Lifecycle) agentEvent()    {}
-func (Answer) agentEvent()       {}
+func (StateChanged) agentEvent()  {}
+func (TextDelta) agentEvent()     {}
+func (Utterance) agentEvent()     {}
+func (Lifecycle) agentEvent()     {}
+func (Answer) agentEvent()        {}
+func (VoiceActivity) agentEvent() {}
+func (AnswerDelta) agentEvent()   {}
+func (FrameSent) agentEvent()     {}

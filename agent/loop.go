@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,20 +34,70 @@ type live struct {
 	judged  bool // counted for backoff (healthy or not)
 	healthy bool // lived long enough and took audio: what follows it need not wait
 
-	sent       atomic.Uint64 // chunks handed to it
-	eventsDone bool          // its Events channel is closed
+	// sent is what Send accepted, for a resend after an unplanned end: the newest chunks, at
+	// most reconnect_buffer of audio (older ones would not be sent again anyway).
+	sentMu     sync.Mutex
+	sent       []chunk
+	sentAudio  int    // samples in sent
+	sentN      uint64 // chunks Send accepted
+	counted    uint64 // delivered chunks already added to the totals
+	eventsDone bool   // its Events channel is closed
 
 	replyOpen  bool
 	replyText  strings.Builder
 	replyStart time.Time
 	lastDelta  time.Duration // duration of the newest reply audio delta
+
+	says []*pendingSay // OpenVoice tts.speak requests waiting for tts.speaking_end, oldest first
 }
 
-// sentChunk records a chunk Send accepted (called by the sender under sendMu).
-func (lv *live) sentChunk(chunk) { lv.sent.Add(1) }
+// pendingSay is a Say on an OpenVoice session: it succeeds when the speech has been synthesised
+// (tts.speaking_end), fails on an error before that, when the session ends, or at its deadline.
+type pendingSay struct {
+	id, text string
+	started  bool // tts.speaking_start seen
+	deadline *time.Timer
+}
 
-// delivered is how many of its chunks reached the server.
-func (lv *live) delivered() uint64 { return lv.sent.Load() }
+// sentChunk records a chunk Send accepted (called by the sender under sendMu); keep bounds the
+// audio remembered for a resend.
+func (lv *live) sentChunk(c chunk, keep int) {
+	lv.sentMu.Lock()
+	defer lv.sentMu.Unlock()
+	lv.sentN++
+	lv.sent = append(lv.sent, c)
+	lv.sentAudio += len(c.audio)
+	for len(lv.sent) > 1 && lv.sentAudio-len(lv.sent[0].audio) >= keep {
+		lv.sentAudio -= len(lv.sent[0].audio)
+		lv.sent[0] = chunk{}
+		lv.sent = lv.sent[1:]
+	}
+}
+
+func (lv *live) accepted() uint64 {
+	lv.sentMu.Lock()
+	defer lv.sentMu.Unlock()
+	return lv.sentN
+}
+
+// delivered is how many of its chunks reached the server: every byte acknowledged by its TCP
+// stack.
+func (lv *live) delivered() uint64 { return lv.sess.Stats().ChunksDelivered }
+
+// undelivered returns the remembered chunks whose ids the session reported as never delivered,
+// oldest first.
+func (lv *live) undelivered(ids []uint64) []chunk {
+	lv.sentMu.Lock()
+	defer lv.sentMu.Unlock()
+	var out []chunk
+	for _, c := range lv.sent {
+		if slices.Contains(ids, c.seq) {
+			out = append(out, c)
+		}
+	}
+	lv.sent, lv.sentAudio = nil, 0
+	return out
+}
 
 type attempt struct {
 	cancel   context.CancelFunc
@@ -112,9 +163,12 @@ func (l *loop) run(captureErr <-chan error) error {
 	s := l.s
 	defer l.wake.Stop()
 	l.lastActive = s.now()
-	if s.cfg.Policy == PolicyAlways {
+	if s.cfg.Policy == PolicyAlways && !s.held.Load() {
 		l.start("policy always")
 	} else {
+		if s.held.Load() {
+			s.log.Info("agent: a stop command holds the session off (ctl start or cmd/session start resumes)")
+		}
 		l.publish()
 	}
 	for {
@@ -317,7 +371,7 @@ func (l *loop) closeAll(reason string) {
 	for _, lv := range []*live{l.cur, l.next} {
 		if lv != nil {
 			l.finishReply(lv)
-			l.closeAsync(lv, "user_stop", waits)
+			l.closeAsync(lv, "user_stop", waits, false)
 		}
 	}
 	if l.cur != nil {
@@ -337,14 +391,26 @@ func (l *loop) retire(lv *live) {
 	t := lv.sess.Stats()
 	l.s.bytesUp.Add(t.BytesSent)
 	l.s.bytesDown.Add(t.BytesReceived)
-	l.s.delivered.Add(lv.delivered())
+	l.count(lv, t.ChunksDelivered)
+}
+
+// count adds a session's newly delivered chunks to the total (chunks_sent), so that it only
+// grows: when it stops being the active one, and again once its goodbye is done.
+func (l *loop) count(lv *live, delivered uint64) {
+	lv.sentMu.Lock()
+	n := delivered - min(lv.counted, delivered)
+	lv.counted = max(lv.counted, delivered)
+	lv.sentMu.Unlock()
+	l.s.delivered.Add(n)
 }
 
 // closeAsync says goodbye to a session in the background, after the dials in waits have ended.
-func (l *loop) closeAsync(lv *live, reason string, waits []<-chan struct{}) {
+func (l *loop) closeAsync(lv *live, reason string, waits []<-chan struct{}, flush bool) {
+	l.failSays(lv, "the session ended before the speech was finished")
 	l.retire(lv)
 	lv.planned = true
 	drain := !lv.eventsDone
+	budget := l.s.closeBudget()
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -358,7 +424,7 @@ func (l *loop) closeAsync(lv *live, reason string, waits []<-chan struct{}) {
 			}()
 		}
 		if len(waits) > 0 {
-			limit := time.NewTimer(closeTimeout)
+			limit := time.NewTimer(budget)
 			for _, w := range waits {
 				select {
 				case <-w:
@@ -367,10 +433,33 @@ func (l *loop) closeAsync(lv *live, reason string, waits []<-chan struct{}) {
 			}
 			limit.Stop()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		if flush {
+			l.flush(lv, budget)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
 		lv.sess.Close(ctx, reason)
+		l.count(lv, lv.sess.Stats().ChunksDelivered)
 	}()
+}
+
+// flush waits (bounded) until the server has every chunk the session accepted: a session's
+// Close drops what it has not written yet, and a rolled-over session's audio must all arrive.
+// It checks every 10 ms, for the moment of a switch only.
+func (l *loop) flush(lv *live, budget time.Duration) {
+	deadline := time.Now().Add(budget)
+	for lv.delivered() < lv.accepted() {
+		if time.Now().After(deadline) {
+			l.s.log.Warn("agent: the old session did not take all its audio in time; closing it anyway",
+				"session", lv.id, "accepted", lv.accepted(), "delivered", lv.delivered())
+			return
+		}
+		select {
+		case <-lv.sess.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func (l *loop) clearSession(st *Status) {
@@ -442,7 +531,7 @@ func (l *loop) startDial(rollover bool) {
 		sess, err := s.dial(ctx, cfg)
 		if sess != nil && ctx.Err() != nil {
 			// Abandoned as it came up: leave before saying the dial is over.
-			cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			cctx, cancel := context.WithTimeout(context.Background(), s.closeBudget())
 			sess.Close(cctx, "user_stop")
 			cancel()
 			sess, err = nil, ctx.Err()
@@ -452,7 +541,7 @@ func (l *loop) startDial(rollover bool) {
 		case l.dialDone <- dialResult{a: a, sess: sess, err: err}:
 		case <-l.ctx.Done():
 			if sess != nil {
-				cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+				cctx, cancel := context.WithTimeout(context.Background(), s.closeBudget())
 				sess.Close(cctx, "user_stop")
 				cancel()
 			}
@@ -465,7 +554,7 @@ func (l *loop) handleDial(dr dialResult) {
 	delete(l.inflight, dr.a)
 	if dr.a != l.dialing { // abandoned or superseded
 		if dr.sess != nil {
-			l.closeAsync(&live{sess: dr.sess}, "user_stop", nil)
+			l.closeAsync(&live{sess: dr.sess}, "user_stop", nil, false)
 		}
 		return
 	}
@@ -497,7 +586,7 @@ func (l *loop) handleDial(dr dialResult) {
 	}
 	lv := l.adopt(dr.sess)
 	if !l.want {
-		l.closeAsync(lv, "user_stop", nil)
+		l.closeAsync(lv, "user_stop", nil, false)
 		return
 	}
 	if dr.a.rollover.Load() && l.cur != nil {
@@ -543,7 +632,7 @@ func (l *loop) activate(lv *live) {
 	}
 	if old != nil {
 		l.finishReply(old)
-		l.closeAsync(old, "user_stop", nil)
+		l.closeAsync(old, "user_stop", nil, true)
 	} else if oldest := s.backlog.oldest(); !oldest.IsZero() {
 		s.lag.catchUp(now, now.Sub(oldest))
 	}
@@ -671,24 +760,48 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 			l.finishReply(lv)
 		}
 	case realtime.MetricsUpdate:
-		if ev.Metrics.KVCacheLength > 0 {
-			lv.kv = ev.Metrics.KVCacheLength
-			// The status follows the context in steps, not every server step.
-			if step := s.cfg.ContextLimit / 64; lv == l.cur && (lv.kv >= lv.kvShown+step || lv.kv < lv.kvShown) {
-				lv.kvShown = lv.kv
-				s.updateStatus(func(st *Status) { st.KVCacheLength = lv.kv })
+		m := ev.Metrics
+		if m.KVCacheLength > 0 {
+			lv.kv = m.KVCacheLength
+		}
+		step := m.PrefillMS > 0 || m.GenerateMS > 0 || m.WallClockMS > 0
+		if lv != l.cur || (!step && m.KVCacheLength == 0) {
+			break
+		}
+		edit := func(st *Status) {
+			st.KVCacheLength = lv.kv
+			if step {
+				st.LastStep = &StepMetrics{PrefillMS: m.PrefillMS, GenerateMS: m.GenerateMS, WallClockMS: m.WallClockMS,
+					Tokens: m.NTokens, TTSTokens: m.NTTSTokens, At: s.now()}
 			}
 		}
+		// The status keeps the newest figures, but is published when the context has moved by
+		// a step (1/64 of the limit), not on every server step: subscribers wake for news.
+		if lv.kv >= lv.kvShown+s.cfg.ContextLimit/64 || lv.kv < lv.kvShown {
+			lv.kvShown = lv.kv
+			s.updateStatus(edit)
+		} else {
+			s.editStatus(edit)
+		}
 	case realtime.Transcript:
-		u := Utterance{Role: "user", Text: ev.Text, SessionID: lv.id, End: s.now(), Partial: !ev.Final}
+		u := Utterance{Role: "user", Text: ev.Text, SessionID: lv.id, End: s.now(), Partial: !ev.Final,
+			Language: ev.Language, Duration: ev.Duration}
 		u.Start = u.End.Add(-ev.Duration)
 		if ev.Final {
 			l.remember(u)
 		}
 		s.bus.publish(u)
+	case realtime.VAD:
+		if lv == l.cur {
+			s.bus.publish(VoiceActivity{Source: "server", Speaking: ev.Speaking, At: s.now()})
+		}
+	case realtime.TTSState:
+		l.ttsState(lv, ev.Speaking)
+		l.updatePlayback()
 	case realtime.ErrorEvent:
 		s.log.Warn("agent: server problem (session continues)", "err", ev.Err)
 		s.bus.publish(Lifecycle{Kind: "error", SessionID: lv.id, Reason: ev.Err.Error(), At: s.now()})
+		l.sayFailed(lv, ev.Err.Error())
 	}
 }
 
@@ -753,11 +866,20 @@ func (l *loop) interrupted() {
 func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 	s := l.s
 	l.retire(lv)
+	l.failSays(lv, "the session ended before the speech was finished")
 	s.sendMu.Lock()
 	s.active.CompareAndSwap(lv, nil)
 	l.cur = nil
 	s.sendMu.Unlock()
 	s.backlog.setLimit(durationToSamples(s.gapBuffer()))
+	if resend := lv.undelivered(ev.Undelivered); len(resend) > 0 {
+		// What the server never got goes again, first, in the next session (as far as the
+		// reconnect buffer reaches).
+		if dropped := s.backlog.requeue(resend...); dropped > 0 {
+			s.announceDrop("no session: keeping only the newest audio")
+		}
+		s.log.Info("agent: audio the lost session never received is sent again", "chunks", len(resend))
+	}
 	l.finishReply(lv)
 	l.lost++
 	reason := ev.Reason
@@ -808,6 +930,7 @@ func (l *loop) handleSpeech(speaking bool) {
 		// While (re)connecting or queued the flag waits for the next status: a state line
 		// per report of the server, not per word.
 	}
+	l.s.bus.publish(VoiceActivity{Source: "local", Speaking: speaking, At: l.s.now()})
 	if !speaking {
 		return
 	}
@@ -906,7 +1029,7 @@ func (l *loop) rollover(now time.Time) {
 	s.sendMu.Unlock()
 	s.backlog.setLimit(durationToSamples(s.gapBuffer()))
 	l.finishReply(cur)
-	l.closeAsync(cur, "user_stop", waits)
+	l.closeAsync(cur, "user_stop", waits, true)
 	l.rollovers++
 	l.rolloverSince = time.Time{}
 	s.bus.publish(Lifecycle{Kind: "rollover", SessionID: cur.id, Reason: l.rolloverReason(cur), At: now})
@@ -963,19 +1086,23 @@ func (l *loop) shutdown() {
 	go func() { l.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(2*closeTimeout + time.Second):
+	case <-time.After(2*l.s.closeBudget() + time.Second):
 		l.s.log.Warn("agent: sessions did not close in time")
 	}
 }
 
-func (l *loop) ask(id, question string, snapshot bool) {
+// turnTimeout bounds a turn-based request (ask, say) from dial to the last word.
+const turnTimeout = 2 * time.Minute
+
+func (l *loop) ask(id, question string, o TurnOptions) {
 	s := l.s
 	if s.chatCfg.Dialect != realtime.DialectCurrent {
 		s.bus.publish(Answer{ID: id, Error: fmt.Sprintf("ask needs a MiniCPM-o server of the current dialect with chat mode (server is %s)", s.chatCfg.Dialect)})
 		return
 	}
 	msg := realtime.ChatMessage{Role: "user", Text: question}
-	if snapshot {
+	req := realtime.ChatRequest{Stream: true, MaxNewTokens: o.MaxNewTokens, EnableThinking: o.Thinking}
+	if o.Snapshot {
 		if s.frames == nil || !s.cameraOn.Load() {
 			s.bus.publish(Answer{ID: id, Error: "no camera frame for the snapshot (camera off or missing)"})
 			return
@@ -986,63 +1113,169 @@ func (l *loop) ask(id, question string, snapshot bool) {
 			return
 		}
 		msg.Images = [][]byte{f}
+		// The picture is sliced as the session's video is (server.max_slice_nums).
+		req.ImageMaxSliceNums = s.server.Init.MaxSliceNums
 	}
-	req := realtime.ChatRequest{Stream: true, Messages: []realtime.ChatMessage{msg}}
+	if o.Voice != "" {
+		s.bus.publish(Answer{ID: id, Error: "ask answers in text: a voice applies to say"})
+		return
+	}
+	req.Messages = []realtime.ChatMessage{msg}
 	if base := s.currentInstructions(); base != "" {
 		req.Messages = append([]realtime.ChatMessage{{Role: "system", Text: base}}, req.Messages...)
 	}
 	l.runTurn(id, req, false)
 }
 
-func (l *loop) say(id, text string) {
+func (l *loop) say(id, text string, o TurnOptions) {
 	s := l.s
 	if strings.TrimSpace(text) == "" {
 		s.bus.publish(Answer{ID: id, Error: "nothing to say"})
 		return
 	}
+	if o.Snapshot {
+		s.bus.publish(Answer{ID: id, Error: "say takes no snapshot"})
+		return
+	}
 	if s.server.Dialect == realtime.DialectOpenVoice {
-		if l.cur == nil {
-			s.bus.publish(Answer{ID: id, Error: "no OpenVoice session to speak on"})
-			return
-		}
-		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
-		err := l.cur.sess.Speak(ctx, text, "")
-		cancel()
-		if err != nil {
-			s.bus.publish(Answer{ID: id, Error: err.Error()})
-			return
-		}
-		s.bus.publish(Answer{ID: id, Text: text})
+		l.speakOpenVoice(id, text, o.Voice)
 		return
 	}
 	if s.chatCfg.Dialect != realtime.DialectCurrent {
 		s.bus.publish(Answer{ID: id, Error: "say needs chat mode with TTS (current dialect)"})
 		return
 	}
-	req := realtime.ChatRequest{Stream: true, TTS: true,
-		Messages: []realtime.ChatMessage{{Role: "user", Text: "Reply with exactly: " + text}}}
+	req := realtime.ChatRequest{Stream: true, TTS: true, MaxNewTokens: o.MaxNewTokens, EnableThinking: o.Thinking,
+		TTSRefAudio: s.server.Init.TTSRefAudio, // the configured voice (server.tts_ref_audio)
+		Messages:    []realtime.ChatMessage{{Role: "user", Text: "Reply with exactly: " + text}}}
+	if o.Voice != "" {
+		if s.voices == nil {
+			s.bus.publish(Answer{ID: id, Error: fmt.Sprintf("voice %q: no named voices on this satellite", o.Voice)})
+			return
+		}
+		ref, err := s.voices(o.Voice)
+		if err != nil {
+			s.bus.publish(Answer{ID: id, Error: fmt.Sprintf("voice %q: %v", o.Voice, err)})
+			return
+		}
+		req.TTSRefAudio = ref
+	}
 	l.runTurn(id, req, true)
 }
 
+// speakOpenVoice sends tts.speak on the live OpenVoice session; the answer comes when the
+// server says the speech is done (tts.speaking_end), or fails with the server's error.
+func (l *loop) speakOpenVoice(id, text, voice string) {
+	s := l.s
+	if l.cur == nil {
+		s.bus.publish(Answer{ID: id, Error: "no OpenVoice session to speak on"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+	err := l.cur.sess.Speak(ctx, text, voice)
+	cancel()
+	if err != nil {
+		s.bus.publish(Answer{ID: id, Error: err.Error()})
+		return
+	}
+	lv := l.cur
+	p := &pendingSay{id: id, text: text}
+	p.deadline = time.AfterFunc(turnTimeout, func() {
+		s.do(func(l *loop) { l.sayTimedOut(lv, p) })
+	})
+	lv.says = append(lv.says, p)
+}
+
+// ttsState follows tts.speaking_start/end for the oldest pending say.
+func (l *loop) ttsState(lv *live, speaking bool) {
+	if len(lv.says) == 0 {
+		return
+	}
+	p := lv.says[0]
+	if speaking {
+		p.started = true
+		return
+	}
+	if !p.started {
+		return // the end of something spoken before this request
+	}
+	lv.says = lv.says[1:]
+	p.deadline.Stop()
+	l.s.bus.publish(Answer{ID: p.id, Text: p.text})
+}
+
+// sayFailed: a server error while a say waits for its speech to start is that say's failure
+// (a failed synthesis gives only an error).
+func (l *loop) sayFailed(lv *live, msg string) {
+	if len(lv.says) == 0 || lv.says[0].started {
+		return
+	}
+	p := lv.says[0]
+	lv.says = lv.says[1:]
+	p.deadline.Stop()
+	l.s.bus.publish(Answer{ID: p.id, Error: "the server refused the speech: " + msg})
+}
+
+func (l *loop) sayTimedOut(lv *live, p *pendingSay) {
+	for i, q := range lv.says {
+		if q == p {
+			lv.says = append(lv.says[:i], lv.says[i+1:]...)
+			l.s.bus.publish(Answer{ID: p.id, Error: fmt.Sprintf("no end of speech from the server within %v", turnTimeout)})
+			return
+		}
+	}
+}
+
+// failSays ends every say still waiting on lv.
+func (l *loop) failSays(lv *live, why string) {
+	for _, p := range lv.says {
+		p.deadline.Stop()
+		l.s.bus.publish(Answer{ID: p.id, Error: why})
+	}
+	lv.says = nil
+}
+
 // runTurn runs a chat request beside the duplex session; speak plays its audio as it streams.
+// The text streams as AnswerDelta events; a server error ends the turn at once with the
+// server's message.
 func (l *loop) runTurn(id string, req realtime.ChatRequest, speak bool) {
 	s := l.s
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(l.ctx, 2*time.Minute)
+		ctx, cancel := context.WithTimeout(l.ctx, turnTimeout)
 		defer cancel()
+		var serverErr atomic.Pointer[realtime.Error]
 		reply, err := s.chat(ctx, s.chatCfg, req, func(ev realtime.Event) {
-			if d, ok := ev.(realtime.AudioDelta); ok && speak {
-				s.play(d.Samples)
+			switch ev := ev.(type) {
+			case realtime.AudioDelta:
+				if speak {
+					s.play(ev.Samples)
+				}
+			case realtime.TextDelta:
+				if ev.Text != "" {
+					s.bus.publish(AnswerDelta{ID: id, Text: ev.Text})
+				}
+			case realtime.ErrorEvent:
+				if ev.Err != nil && serverErr.CompareAndSwap(nil, ev.Err) {
+					cancel()
+				}
 			}
 		})
+		if e := serverErr.Load(); e != nil {
+			s.bus.publish(Answer{ID: id, Error: "server error: " + e.Error()})
+			return
+		}
 		if err != nil {
 			s.bus.publish(Answer{ID: id, Error: err.Error()})
 			return
 		}
 		if speak && len(reply.Audio) > 0 && !req.Stream {
 			s.play(reply.Audio)
+		}
+		if strings.TrimSpace(reply.Text) == "" && len(reply.Audio) == 0 {
+			s.bus.publish(Answer{ID: id, Error: "the server ended the turn with no text and no audio"})
+			return
 		}
 		s.bus.publish(Answer{ID: id, Text: reply.Text})
 	}()

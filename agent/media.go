@@ -43,7 +43,7 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		s.queueChunk(chunk{seq: seq, audio: audio, frames: frames, forceListen: force, epoch: curEpoch, muteEpoch: curMute}, framesEvery)
 	}
 	for {
-		epoch := s.epoch.Load()
+		epoch, mute := s.epoch.Load(), s.muteEpoch.Load()
 		n, err := s.audio.Read(ctx, buf)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -61,19 +61,21 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 			// while switched off, so none of it is kept.
 			continue
 		}
-		if s.muted.Load() {
+		// Muted now, or muted while this block was captured: it goes as silence.
+		if m := s.muteEpoch.Load(); m != mute || s.muted.Load() {
 			clear(block)
+			mute = m
 		}
 		for len(block) > 0 {
 			// Audio from before a stop is never sent; audio from before a mute goes as silence.
-			if e, m := s.epoch.Load(), s.muteEpoch.Load(); len(cur) == 0 || e != curEpoch {
+			if len(cur) == 0 || epoch != curEpoch {
 				if len(cur) > 0 {
 					newChunk()
 				}
-				curEpoch, curMute = e, m
-			} else if m != curMute {
+				curEpoch, curMute = epoch, mute
+			} else if mute != curMute {
 				clear(cur)
-				curMute = m
+				curMute = mute
 			}
 			// Never step past the chunk boundary: every chunk holds exactly chunkSamples,
 			// except one held open while speech may be starting (below).
@@ -176,6 +178,7 @@ func (s *Supervisor) sendLoop(ctx context.Context) {
 	hold := time.NewTimer(time.Hour)
 	hold.Stop()
 	var last *live // the session the last chunk went to
+	keep := durationToSamples(s.gapBuffer())
 	for {
 		if s.active.Load() == nil {
 			select {
@@ -237,15 +240,18 @@ func (s *Supervisor) sendLoop(ctx context.Context) {
 			clear(c.audio) // muted since it was captured
 		}
 		sctx, cancel := context.WithTimeout(ctx, sendTimeout)
-		err := l.sess.Send(sctx, realtime.Chunk{Audio: c.audio, Frames: c.frames, ForceListen: c.forceListen})
+		err := l.sess.Send(sctx, realtime.Chunk{ID: c.seq, Audio: c.audio, Frames: c.frames, ForceListen: c.forceListen})
 		cancel()
 		if err == nil {
-			l.sentChunk(c)
+			l.sentChunk(c, keep)
 			s.pacer.take(len(c.audio))
 		}
 		s.sendMu.Unlock()
 		switch {
 		case err == nil:
+			if n := len(c.frames); n > 0 {
+				s.frameSent(c.frames[n-1])
+			}
 			if queued, _, _ := s.backlog.stats(); queued == 0 {
 				s.dropping.Store(false) // caught up: the next drop is news
 			}

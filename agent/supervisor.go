@@ -23,8 +23,6 @@ const (
 	// one wake-up), and a source that waits for the whole buffer is not waited on for longer
 	// than this (interrupts and barge-in are cut at step grain either way).
 	readBlock = inputRate / 10 // 100 ms
-	// closeTimeout bounds the polite goodbye to a session.
-	closeTimeout = 2 * time.Second
 	// sendTimeout bounds one Send while the sender holds sendMu.
 	sendTimeout = time.Second
 )
@@ -52,6 +50,15 @@ type Options struct {
 	Rand *rand.Rand
 	// Now is the clock; nil uses time.Now.
 	Now func() time.Time
+	// Volume is the configured speaker volume (0..100), shown while no command has set another;
+	// nil takes the speaker's own, or 100 for a speaker without a volume control.
+	Volume *int
+	// SettingsFile keeps the settings commands change (mute, camera, volume, instructions, a
+	// held stop) across restarts; empty keeps them in memory only.
+	SettingsFile string
+	// Voices resolves a voice name of a turn-based request to a reference voice (16 kHz mono)
+	// for MiniCPM-o; nil refuses named voices there.
+	Voices func(name string) ([]float32, error)
 }
 
 // Supervisor owns the conversation. Create it with New, run it with Run, drive it with its methods
@@ -65,6 +72,7 @@ type Supervisor struct {
 	speaker Speaker
 	dial    DialFunc
 	chat    ChatFunc
+	voices  func(string) ([]float32, error)
 	log     *slog.Logger
 	rng     *rand.Rand
 	now     func() time.Time
@@ -85,8 +93,13 @@ type Supervisor struct {
 
 	muted     atomic.Bool
 	cameraOn  atomic.Bool
-	interrupt atomic.Bool // capture cuts the current chunk short and marks it force_listen
-	speech    atomic.Bool // local voice activity right now
+	interrupt atomic.Bool  // capture cuts the current chunk short and marks it force_listen
+	speech    atomic.Bool  // local voice activity right now
+	volume    atomic.Int32 // the volume last set, whatever the sink
+	held      atomic.Bool  // a stop command holds the session off (policy always)
+	settings  *settingsStore
+	defaults  Defaults
+	lastFrame atomic.Pointer[FrameSent] // the newest frame a chunk carried to the server
 	// epoch counts stops: audio captured before a stop is never sent (privacy). muteEpoch counts
 	// mutes: audio not yet sent when the microphone is muted goes out as silence.
 	epoch, muteEpoch atomic.Uint64
@@ -157,7 +170,7 @@ func newSupervisor(o Options) (*Supervisor, error) {
 	chatCfg.OnQueue = nil
 	s := &Supervisor{
 		cfg: o.Config, server: o.Server, chatCfg: chatCfg,
-		audio: o.Audio, frames: o.Frames, speaker: o.Speaker, dial: o.Dial, chat: o.Chat,
+		audio: o.Audio, frames: o.Frames, speaker: o.Speaker, dial: o.Dial, chat: o.Chat, voices: o.Voices,
 		log: o.Logger, rng: o.Rand, now: o.Now,
 		cmds:         make(chan func(*loop), 16),
 		bus:          newBus(),
@@ -169,10 +182,56 @@ func newSupervisor(o Options) (*Supervisor, error) {
 		instructions: o.Server.Init.Instructions,
 	}
 	s.backlog = newBacklog(durationToSamples(s.idleBuffer(false)))
-	s.cameraOn.Store(o.Frames != nil)
+	s.defaults = Defaults{CameraOn: true, Volume: 100, Instructions: o.Server.Init.Instructions}
+	if vc, ok := o.Speaker.(VolumeControl); ok {
+		s.defaults.Volume = vc.Volume()
+	}
+	if o.Volume != nil {
+		if *o.Volume < 0 || *o.Volume > 100 {
+			return nil, fmt.Errorf("agent: volume %d is outside 0..100", *o.Volume)
+		}
+		s.defaults.Volume = *o.Volume
+	}
+	// Settings changed by commands before a restart apply from the first sample on: a muted
+	// satellite stays muted.
+	s.settings = openSettings(o.SettingsFile, s.defaults, s.log)
+	s.applySettings()
 	s.status = Status{State: StateIdle, Since: s.now(), Policy: s.cfg.Policy, Mode: string(o.Server.Mode),
 		Dialect: string(o.Server.Dialect), CameraOn: o.Frames != nil}
 	return s, nil
+}
+
+// applySettings makes the defaults and the stored overrides the live values.
+func (s *Supervisor) applySettings() {
+	stored := s.settings.snapshot()
+	d := s.Defaults()
+	muted, camera, volume, instructions := d.Muted, d.CameraOn, d.Volume, d.Instructions
+	if o := stored.Muted; o != nil {
+		muted = o.Value
+	}
+	if o := stored.CameraOn; o != nil {
+		camera = o.Value
+	}
+	if o := stored.Volume; o != nil {
+		volume = o.Value
+	}
+	if o := stored.Instructions; o != nil {
+		instructions = o.Value
+	}
+	s.setMuted(muted)
+	s.cameraOn.Store(camera)
+	s.setVolume(volume)
+	s.instrMu.Lock()
+	s.instructions = instructions
+	s.instrMu.Unlock()
+	s.held.Store(stored.Held && s.cfg.Policy == PolicyAlways)
+}
+
+func (s *Supervisor) setVolume(v int) {
+	s.volume.Store(int32(v))
+	if vc, ok := s.speaker.(VolumeControl); ok {
+		vc.SetVolume(v)
+	}
 }
 
 // Subscribe returns a channel of every event from now on. A subscriber that falls more than
@@ -193,10 +252,9 @@ func (s *Supervisor) Status() Status {
 		}
 	}
 	st.Muted = s.muted.Load()
-	st.Volume = -1
-	if vc, ok := s.speaker.(VolumeControl); ok {
-		st.Volume = vc.Volume()
-	}
+	st.Volume = int(s.volume.Load())
+	st.Held = s.held.Load()
+	st.Overrides = s.settings.names()
 	st.CameraOn = s.cameraOn.Load() && s.frames != nil
 	if d, known := st.Devices["camera"]; known && d != "ok" {
 		st.CameraOn = false // video chunks carry no frames until it is back
@@ -214,9 +272,13 @@ func (s *Supervisor) Status() Status {
 		st.BytesDown += t.BytesReceived
 		st.ChunksSent += l.delivered()
 	}
-	st.PlaybackUnderruns = -1
 	if u, ok := s.speaker.(UnderrunCounter); ok {
-		st.PlaybackUnderruns = u.Underruns()
+		n := u.Underruns()
+		st.PlaybackUnderruns = &n
+	}
+	if st.LastStep != nil {
+		m := *st.LastStep
+		st.LastStep = &m
 	}
 	return st
 }
@@ -247,14 +309,23 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 // Commands. Each is safe from any goroutine and returns at once; effects show in Status and events.
 
-// Start asks for a session (policies on_demand and voice; a no-op for always).
-func (s *Supervisor) Start() { s.do(func(l *loop) { l.start("start command") }) }
+// Start asks for a session (policies on_demand and voice; for always it ends a held stop).
+func (s *Supervisor) Start() { s.hold(false); s.do(func(l *loop) { l.start("start command") }) }
 
-// Stop ends the session and holds none until Start.
-func (s *Supervisor) Stop() { s.do(func(l *loop) { l.stop("stop command") }) }
+// Stop ends the session and holds none until Start; with policy always the stop is kept across
+// restarts (a person stopped it), with the others the next voice or start opens one anyway.
+func (s *Supervisor) Stop() { s.hold(true); s.do(func(l *loop) { l.stop("stop command") }) }
 
-// Restart ends the session and opens a new one (also clears an error state).
-func (s *Supervisor) Restart() { s.do(func(l *loop) { l.restart("restart command") }) }
+// Restart ends the session and opens a new one (also clears an error state and a held stop).
+func (s *Supervisor) Restart() { s.hold(false); s.do(func(l *loop) { l.restart("restart command") }) }
+
+func (s *Supervisor) hold(on bool) {
+	if s.cfg.Policy != PolicyAlways {
+		return
+	}
+	s.held.Store(on)
+	s.settings.update(func(st *storedSettings) { st.Held = on })
+}
 
 // Interrupt stops the model talking: playback is flushed now and the next chunk (cut short)
 // carries force_listen.
@@ -265,33 +336,93 @@ func (s *Supervisor) Interrupt() {
 }
 
 // Mute sends silence instead of the microphone while on (the session and its pacing go on).
-func (s *Supervisor) Mute(on bool) { s.setMuted(on); s.do(func(l *loop) { l.publish() }) }
+// It is kept across restarts.
+func (s *Supervisor) Mute(on bool) {
+	s.setMuted(on)
+	s.settings.update(func(st *storedSettings) { setOverride(&st.Muted, on, s.defaults.Muted) })
+	s.do(func(l *loop) { l.publish() })
+}
 
-// SetVolume sets the speaker's volume (0..100) now, if the speaker has a volume control.
+// SetVolume sets the volume (0..100): the speaker's now, if it has a volume control, and the
+// status's whatever the sink. It is kept across restarts.
 func (s *Supervisor) SetVolume(v int) error {
-	vc, ok := s.speaker.(VolumeControl)
-	if !ok {
-		return errors.New("volume: this speaker has no volume control")
-	}
 	if v < 0 || v > 100 {
 		return fmt.Errorf("volume: %d is outside 0..100", v)
 	}
-	vc.SetVolume(v)
+	s.setVolume(v)
+	s.settings.update(func(st *storedSettings) { setOverride(&st.Volume, v, s.defaults.Volume) })
 	s.do(func(l *loop) { l.publish() })
 	return nil
 }
 
-// Camera turns the frames on or off (mode=video sends audio only while off).
-func (s *Supervisor) Camera(on bool) { s.cameraOn.Store(on); s.do(func(l *loop) { l.publish() }) }
+// Camera turns the frames on or off (mode=video sends audio only while off). It is kept across
+// restarts.
+func (s *Supervisor) Camera(on bool) {
+	s.cameraOn.Store(on)
+	s.settings.update(func(st *storedSettings) { setOverride(&st.CameraOn, on, s.defaults.CameraOn) })
+	s.do(func(l *loop) { l.publish() })
+}
 
 // SetInstructions changes the system prompt from the next session on; restart applies it now.
+// It is kept across restarts.
 func (s *Supervisor) SetInstructions(text string, restart bool) {
 	s.instrMu.Lock()
 	s.instructions = text
 	s.instrMu.Unlock()
+	s.settings.update(func(st *storedSettings) { setOverride(&st.Instructions, text, s.defaults.Instructions) })
 	if restart {
 		s.Restart()
+	} else {
+		s.do(func(l *loop) { l.publish() })
 	}
+}
+
+// ResetSettings drops every setting a command changed (mute, camera, volume, instructions, a
+// held stop): the configuration's values apply again, now and after restarts. A changed prompt
+// takes effect with the next session.
+func (s *Supervisor) ResetSettings() {
+	s.settings.update(func(st *storedSettings) { *st = storedSettings{} })
+	s.applySettings()
+	s.do(func(l *loop) {
+		if s.cfg.Policy == PolicyAlways {
+			l.start("settings reset")
+		}
+		l.publish()
+	})
+}
+
+// SetDefaults takes new configuration values (a reload): each applies now, and replaces the
+// override a command had set for it, since the configuration is the newer decision.
+func (s *Supervisor) SetDefaults(d Defaults) {
+	s.settings.update(func(st *storedSettings) {
+		s.defaults = d
+		st.dropStale(d)
+	})
+	s.applySettings()
+	s.do(func(l *loop) { l.publish() })
+}
+
+// Defaults returns the configuration's values of the settings commands change.
+func (s *Supervisor) Defaults() Defaults {
+	s.settings.mu.Lock()
+	defer s.settings.mu.Unlock()
+	return s.defaults
+}
+
+// frameSent records the frame a chunk carried to the server and announces it.
+func (s *Supervisor) frameSent(jpeg []byte) {
+	f := FrameSent{JPEG: jpeg, At: s.now()}
+	s.lastFrame.Store(&f)
+	s.bus.publish(f)
+}
+
+// LastFrameSent returns the newest camera frame a chunk carried to the server.
+func (s *Supervisor) LastFrameSent() (FrameSent, bool) {
+	f := s.lastFrame.Load()
+	if f == nil {
+		return FrameSent{}, false
+	}
+	return *f, true
 }
 
 // Announce publishes a lifecycle event from outside the agent (configuration reloaded or
@@ -337,14 +468,14 @@ func (s *Supervisor) DeviceState(device string, ok bool, err error) {
 	s.bus.publish(StateChanged{Status: s.Status()})
 }
 
-// Ask answers a question with a turn-based request (optionally with the newest camera frame);
-// the result arrives as an Answer event with the given id.
-func (s *Supervisor) Ask(id, question string, snapshot bool) {
-	s.do(func(l *loop) { l.ask(id, question, snapshot) })
+// Ask answers a question with a turn-based request (optionally with the newest camera frame):
+// the text streams as AnswerDelta events and the result arrives as an Answer with the given id.
+func (s *Supervisor) Ask(id, question string, o TurnOptions) {
+	s.do(func(l *loop) { l.ask(id, question, o) })
 }
 
 // Say speaks text on the speaker; completion or failure arrives as an Answer event with the id.
-func (s *Supervisor) Say(id, text string) { s.do(func(l *loop) { l.say(id, text) }) }
+func (s *Supervisor) Say(id, text string, o TurnOptions) { s.do(func(l *loop) { l.say(id, text, o) }) }
 
 func (s *Supervisor) do(f func(*loop)) {
 	select {
@@ -373,6 +504,14 @@ func (s *Supervisor) idleBuffer(stopped bool) time.Duration {
 		return s.cfg.PreRoll
 	}
 	return 0
+}
+
+// closeBudget bounds the polite goodbye to a session, and each wait before it.
+func (s *Supervisor) closeBudget() time.Duration {
+	if s.server.CloseTimeout > 0 {
+		return s.server.CloseTimeout + time.Second
+	}
+	return 3 * time.Second
 }
 
 // gapBuffer is the audio kept while a wanted session is not there (connecting, queued,
@@ -417,6 +556,14 @@ func (s *Supervisor) setState(st State, detail string, f func(*Status)) {
 	if changed {
 		s.bus.publish(StateChanged{Status: s.Status()})
 	}
+}
+
+// editStatus edits status fields other than the state without publishing: the next status
+// read or published carries them.
+func (s *Supervisor) editStatus(f func(*Status)) {
+	s.statusMu.Lock()
+	f(&s.status)
+	s.statusMu.Unlock()
 }
 
 // updateStatus edits status fields other than the state and publishes the result.

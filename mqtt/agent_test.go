@@ -2,6 +2,7 @@ package mqtt_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -204,9 +205,104 @@ func TestWithRealAgent(t *testing.T) {
 	for _, m := range w.all(p + "state") {
 		mqttStates = append(mqttStates, m.json(t)["state"].(string))
 	}
+	// MQTT shows speaking as listening (the assistant's speech is on activity).
+	for i, s := range agentStates {
+		if s == string(agent.StateSpeaking) {
+			agentStates[i] = string(agent.StateListening)
+		}
+	}
 	want := slices.Compact(append([]string{"idle"}, agentStates...))
 	if gotS := slices.Compact(mqttStates); !slices.Equal(gotS, want) {
 		t.Errorf("states on the broker\n%v\nagent went through\n%v", gotS, want)
 	}
 	t.Logf("%d transcripts, %d state messages, %d sessions", len(got), len(mqttStates), len(sim.Sessions()))
+}
+
+// A lively 30 s conversation with the real agent on the simulator: the retained state stays
+// quiet. Replies every 3 s flip listening↔speaking and the local voice flag; neither is a change
+// of the state (they are on activity), nor are the kv cache and the session's age (on stats).
+// Bound: state messages ≤ the real changes of what the state holds, and ≤ 1 per 3 s.
+func TestQuietStateOverAConversation(t *testing.T) {
+	t.Parallel()
+	const conversation = 30 * time.Second
+	br := testbroker.Start(t)
+	w := watch(t, br.URL())
+	sim := realtimetest.NewServer(realtimetest.Options{Workers: 2})
+	t.Cleanup(sim.Close)
+	spk := &volSpeaker{FileSpeaker: devices.NewFileSpeaker("", 24000)}
+	spk.v.Store(80)
+	t.Cleanup(func() { spk.Close() })
+	sup, err := agent.New(agent.Options{
+		Config: agent.Config{Chunk: 500 * time.Millisecond},
+		Server: realtime.Config{URL: sim.URL(), Dialect: realtime.DialectCurrent, Mode: realtime.ModeAudio},
+		Audio:  devices.NewPacedSource(speechLoop(), 16000, true, 1), Speaker: spk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, _ := sup.Subscribe(100000)
+	var mu sync.Mutex
+	var realChanges, flips, voice int
+	lastKey, lastState := "", ""
+	go func() {
+		for ev := range events {
+			mu.Lock()
+			switch ev := ev.(type) {
+			case agent.StateChanged:
+				st := ev.Status
+				state := st.State
+				if state == agent.StateSpeaking {
+					state = agent.StateListening
+				}
+				// What a person or an automation acts on.
+				key := fmt.Sprint(state, st.Detail, st.SessionID, st.QueuePosition, st.Muted, st.CameraOn, st.Volume, st.LastError, st.Devices)
+				if key != lastKey {
+					realChanges++
+					lastKey = key
+				}
+				if s := string(ev.Status.State); s != lastState && (s == "speaking" || lastState == "speaking") {
+					flips++
+				}
+				lastState = string(ev.Status.State)
+			case agent.VoiceActivity:
+				voice++
+			}
+			mu.Unlock()
+		}
+	}()
+	cfg := testConfig(t, br.URL())
+	startBridge(t, cfg, "quiet", sup)
+	p := "omnisat/quiet/"
+	w.waitFor(p+"state", wait, jsonField(t, "state", "idle"))
+	ctx, cancel := context.WithCancel(context.Background())
+	supDone := make(chan error, 1)
+	go func() { supDone <- sup.Run(ctx) }()
+	w.waitFor(p+"state", wait, jsonField(t, "state", "listening"))
+	t.Cleanup(func() { cancel(); <-supDone })
+
+	mu.Lock()
+	startChanges, startFlips, startVoice := realChanges, flips, voice
+	mu.Unlock()
+	before := len(w.all(p + "state"))
+	beforeActivity := len(w.all(p + "activity"))
+	time.Sleep(conversation)
+	states := w.all(p + "state")[before:]
+	mu.Lock()
+	changes, talk, heard := realChanges-startChanges, flips-startFlips, voice-startVoice
+	mu.Unlock()
+	transcripts := len(w.all(p + "transcript"))
+	t.Logf("%v of conversation: %d state messages, %d real state changes, %d listening↔speaking flips, %d voice events, %d activity messages, %d transcripts",
+		conversation, len(states), changes, talk, heard, len(w.all(p+"activity"))-beforeActivity, transcripts)
+	if talk < 10 || transcripts < 5 {
+		t.Fatalf("not a lively conversation: %d flips, %d transcripts", talk, transcripts)
+	}
+	if len(states) > changes {
+		t.Errorf("%d state messages for %d real changes: %v", len(states), changes, states)
+	}
+	if max := int(conversation / (3 * time.Second)); len(states) > max {
+		t.Errorf("%d state messages in %v: more than one per 3 s", len(states), conversation)
+	}
+	if len(w.all(p+"activity"))-beforeActivity < talk {
+		t.Errorf("the assistant's speech did not show on activity")
+	}
 }

@@ -7,11 +7,14 @@ package mqtt
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"strings"
@@ -36,8 +39,9 @@ type Agent interface {
 	Camera(on bool)
 	SetVolume(v int) error
 	SetInstructions(text string, restart bool)
-	Ask(id, question string, snapshot bool)
-	Say(id, text string)
+	ResetSettings()
+	Ask(id, question string, o agent.TurnOptions)
+	Say(id, text string, o agent.TurnOptions)
 }
 
 // ErrDisabled is returned by New when no broker is configured.
@@ -49,6 +53,9 @@ const (
 	offlineTimeout   = 2 * time.Second
 	subscribeTimeout = 10 * time.Second
 	maxPartialBytes  = 8 << 10
+	// flushTimeout bounds how long a clean stop waits for the broker to acknowledge what is
+	// still in the outbox (the agent's last events): past it they go out at the next start.
+	flushTimeout = 3 * time.Second
 )
 
 // Bridge is one connection to the broker on behalf of one agent.
@@ -73,15 +80,27 @@ type Bridge struct {
 	statsCh chan time.Duration
 	seq     atomic.Uint64 // ids for ask/say without one
 	runs    atomic.Bool
+	// bootID and msgSeq make each outbox message's msg_id: unique per device across restarts,
+	// assigned when the message is made and kept through the outbox, so a consumer can drop
+	// the duplicates a crash may cause.
+	bootID       string
+	msgSeq       atomic.Uint64
+	outboxFailed atomic.Uint64 // messages the outbox could not write (disk full, I/O error)
 
 	mu          sync.Mutex
 	lastConnErr error
 	connects    int
 
 	// run-loop state (only the Run goroutine touches these)
-	lastStateKey string
-	lastUtter    []byte
-	partial      map[string]string // session id → assistant text so far
+	lastStateKey    string
+	lastPublicState string
+	stateSince      time.Time
+	activity        activityPayload
+	activitySent    bool
+	lastUtter       []byte
+	partial         map[string]string // session id → assistant text so far
+	answers         map[string]string // ask id → answer text so far
+	lastImageAt     time.Time
 }
 
 type inbound struct {
@@ -113,7 +132,8 @@ func New(cfg Config, deviceID, version string, a Agent, log *slog.Logger) (*Brid
 		log: log.With("component", "mqtt"), password: cfg.Password, started: time.Now(),
 		connCh: make(chan struct{}, 1), haCh: make(chan struct{}, 1), cmdCh: make(chan inbound, 64),
 		statsCh: make(chan time.Duration, 1),
-		partial: map[string]string{},
+		partial: map[string]string{}, answers: map[string]string{},
+		bootID: randomID(),
 	}
 	if cfg.PasswordFile != "" {
 		pw, err := os.ReadFile(cfg.PasswordFile)
@@ -331,8 +351,12 @@ loop:
 		}
 		grace.Stop()
 	}
+	b.flush(client, ob)
 	stopSend()
 	<-sendDone
+	if err := ob.Close(); err != nil {
+		b.log.Warn("mqtt: outbox not closed cleanly", "err", err)
+	}
 	if client.IsConnectionOpen() {
 		t := client.Publish(b.Topic("availability"), 1, true, "offline")
 		if !t.WaitTimeout(offlineTimeout) || t.Error() != nil {
@@ -403,6 +427,7 @@ func (b *Bridge) announce(c paho.Client, ob *outbox) {
 		b.publishDiscovery(c)
 	}
 	b.publishState(c, b.agent.Status(), true)
+	b.publishActivity(c, true)
 	if b.lastUtter != nil {
 		b.publish(c, b.Topic("last_utterance"), 1, true, b.lastUtter)
 	}
@@ -415,8 +440,16 @@ func (b *Bridge) publishDiscovery(c paho.Client) {
 	b.publish(c, b.discoveryTopic(), 1, true, marshal(b.discoveryPayload()))
 }
 
+// publishState publishes the state when a field that matters changed (or force: on connect).
 func (b *Bridge) publishState(c paho.Client, st agent.Status, force bool) {
-	p := buildState(st)
+	if ps := publicState(st.State); ps != b.lastPublicState || b.stateSince.IsZero() {
+		b.lastPublicState, b.stateSince = ps, st.Since
+	}
+	b.setActivity(c, func(a *activityPayload) {
+		a.AssistantSpeaking = st.State == agent.StateSpeaking
+		a.VoiceLocal = st.Speech
+	})
+	p := buildState(st, b.stateSince)
 	key := p.key()
 	if !force && key == b.lastStateKey {
 		return
@@ -424,6 +457,34 @@ func (b *Bridge) publishState(c paho.Client, st agent.Status, force bool) {
 	if b.publish(c, b.Topic("state"), 1, true, marshal(p)) {
 		b.lastStateKey = key
 	}
+}
+
+// setActivity edits the activity and publishes it when it changed.
+func (b *Bridge) setActivity(c paho.Client, f func(*activityPayload)) {
+	before := b.activity
+	f(&b.activity)
+	b.activity.Voice = b.activity.VoiceLocal || b.activity.VoiceServer
+	if b.activity != before || !b.activitySent {
+		b.publishActivity(c, false)
+	}
+}
+
+func (b *Bridge) publishActivity(c paho.Client, force bool) {
+	if b.publish(c, b.Topic("activity"), 1, true, marshal(b.activity)) || force {
+		b.activitySent = true
+	}
+}
+
+// msgID is a new id for an outbox message.
+func (b *Bridge) msgID() string { return fmt.Sprintf("%s-%d", b.bootID, b.msgSeq.Add(1)) }
+
+// randomID is 8 random hex digits: this run's part of message ids.
+func randomID() string {
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return fmt.Sprintf("%08x", uint32(time.Now().UnixNano()))
+	}
+	return hex.EncodeToString(r[:])
 }
 
 func (b *Bridge) handleEvent(c paho.Client, ob *outbox, ev agent.Event) {
@@ -449,33 +510,80 @@ func (b *Bridge) handleEvent(c paho.Client, ob *outbox, ev agent.Event) {
 			}
 			return
 		}
-		payload := marshal(buildTranscript(ev))
-		b.enqueue(ob, "transcript", payload)
+		tp := buildTranscript(ev)
+		tp.MsgID, tp.EventType = b.msgID(), ev.Role
+		payload := marshal(tp)
+		b.enqueue(c, ob, "transcript", payload)
 		if ev.Role == "assistant" {
 			delete(b.partial, ev.SessionID)
 			b.lastUtter = payload
 			b.publish(c, b.Topic("last_utterance"), 1, true, payload)
 		}
 	case agent.Lifecycle:
-		b.enqueue(ob, "event", marshal(eventPayload{Kind: ev.Kind, SessionID: ev.SessionID, Reason: ev.Reason, At: rfc3339(ev.At)}))
+		b.enqueue(c, ob, "event", marshal(eventPayload{MsgID: b.msgID(), Kind: ev.Kind, SessionID: ev.SessionID, Reason: ev.Reason, At: rfc3339(ev.At)}))
 	case agent.Answer:
-		b.enqueue(ob, "answer", marshal(answerPayload(ev)))
+		delete(b.answers, ev.ID)
+		b.enqueue(c, ob, "answer", marshal(answerPayload{MsgID: b.msgID(), ID: ev.ID, Text: ev.Text, Error: ev.Error}))
+	case agent.AnswerDelta:
+		text := b.answers[ev.ID] + ev.Text
+		if len(text) > maxPartialBytes {
+			text = text[len(text)-maxPartialBytes:]
+		}
+		b.answers[ev.ID] = text
+		b.publish(c, b.Topic("answer/stream"), 1, false, marshal(answerStreamPayload{ID: ev.ID, Delta: ev.Text, Text: text}))
+	case agent.VoiceActivity:
+		b.setActivity(c, func(a *activityPayload) {
+			if ev.Source == "server" {
+				a.VoiceServer = ev.Speaking
+			} else {
+				a.VoiceLocal = ev.Speaking
+			}
+		})
+	case agent.FrameSent:
+		// At most one picture per image_interval; the next frame after it goes out.
+		if b.cfg.Image && len(ev.JPEG) > 0 && time.Since(b.lastImageAt) >= b.cfg.ImageInterval {
+			if b.publish(c, b.Topic("image"), 0, false, ev.JPEG) {
+				b.lastImageAt = time.Now()
+			}
+		}
 	}
 }
 
 // enqueue puts a message in the outbox; a drop by the bound is reported on event (itself queued).
-func (b *Bridge) enqueue(ob *outbox, name string, payload []byte) {
+// A message the outbox cannot write (disk full, I/O error) is counted, announced on event, and
+// published directly while the broker is connected, so it is lost only if the broker is away too.
+func (b *Bridge) enqueue(c paho.Client, ob *outbox, name string, payload []byte) {
 	dropped, err := ob.Enqueue(b.Topic(name), payload)
 	if err != nil {
-		b.log.Error("mqtt: message not queued", "topic", b.Topic(name), "err", err)
+		n := b.outboxFailed.Add(1)
+		direct := b.publish(c, b.Topic(name), 1, false, payload)
+		reason := fmt.Sprintf("outbox write failed (%v): a %s message was not kept on disk; %s; %d since start",
+			err, name, map[bool]string{true: "sent directly", false: "lost: the broker is away too"}[direct], n)
+		b.log.Error("mqtt: "+reason, "path", b.cfg.Outbox.Path)
+		// Not through the outbox, which just failed.
+		b.publish(c, b.Topic("event"), 1, false, marshal(eventPayload{MsgID: b.msgID(), Kind: "outbox_write_failed", Reason: reason, At: rfc3339(time.Now())}))
 	}
 	if dropped > 0 {
 		_, _, total := ob.Stats()
 		reason := fmt.Sprintf("outbox full (%v): dropped the %d oldest message(s), %d since start", b.cfg.Outbox.MaxBytes, dropped, total)
 		b.log.Warn("mqtt: "+reason, "path", b.cfg.Outbox.Path)
-		if _, err := ob.Enqueue(b.Topic("event"), marshal(eventPayload{Kind: "outbox_dropped", Reason: reason, At: rfc3339(time.Now())})); err != nil {
+		if _, err := ob.Enqueue(b.Topic("event"), marshal(eventPayload{MsgID: b.msgID(), Kind: "outbox_dropped", Reason: reason, At: rfc3339(time.Now())})); err != nil {
 			b.log.Error("mqtt: drop report not queued", "err", err)
 		}
+	}
+}
+
+// flush waits (at most flushTimeout) until the broker has acknowledged everything in the outbox,
+// so that a clean stop does not send the same messages again at the next start.
+func (b *Bridge) flush(c paho.Client, ob *outbox) {
+	if !c.IsConnectionOpen() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	if !ob.waitEmpty(ctx) {
+		n, _, _ := ob.Stats()
+		b.log.Warn("mqtt: the broker did not acknowledge every message before the stop; they go out at the next start", "messages", n)
 	}
 }
 
@@ -518,20 +626,19 @@ func (b *Bridge) publishStats(c paho.Client, ob *outbox) {
 	b.mu.Unlock()
 	p := statsPayload{
 		UptimeS: time.Since(b.started).Round(time.Second).Seconds(), ChunksSent: st.ChunksSent,
+		SessionAgeS: math.Round(st.SessionAge*10) / 10, KVCacheLength: st.KVCacheLength,
+		Reconnects: st.Reconnects, Rollovers: st.Rollovers,
 		ChunksDropped: st.ChunksDropped, AudioDroppedS: st.SecondsDropped,
-		OutboxPending: n, OutboxBytes: bytes, OutboxDropped: dropped, MQTTReconnects: reconnects,
-		BytesUp: st.BytesUp, BytesDown: st.BytesDown,
-	}
-	if st.PlaybackUnderruns >= 0 {
-		u := st.PlaybackUnderruns
-		p.PlaybackUnderruns = &u
+		OutboxPending: n, OutboxBytes: bytes, OutboxDropped: dropped, OutboxFailed: b.outboxFailed.Load(),
+		MQTTReconnects: reconnects, BytesUp: st.BytesUp, BytesDown: st.BytesDown,
+		PlaybackUnderruns: st.PlaybackUnderruns, LastStep: st.LastStep,
 	}
 	if d, ok := b.agent.(interface{ Dropped() uint64 }); ok {
 		v := d.Dropped()
 		p.EventsDropped = &v
 	}
 	if cpu, rss, ok := procStats(); ok {
-		p.CPUSeconds, p.RSSBytes = cpu, rss
+		p.CPUSeconds, p.RSSBytes = &cpu, rss
 	}
 	b.publish(c, b.Topic("stats"), 0, false, marshal(p))
 }

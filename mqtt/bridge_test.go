@@ -30,10 +30,16 @@ func TestTopicsAndPayloads(t *testing.T) {
 	w.waitFor(p+"availability", wait, payloadIs("online"))
 	st := w.waitFor(p+"state", wait, nil).json(t)
 	for k, want := range map[string]any{"state": "listening", "connected": true, "mode": "audio", "dialect": "current",
-		"session_id": "sess-1", "kv_cache_length": 100.0, "queue_position": 0.0, "reconnects": 0.0, "mic_muted": false,
-		"camera_on": false, "volume": 50.0, "speech": false, "last_error": "", "session_age_s": 0.0, "policy": "always"} {
+		"session_id": "sess-1", "queue_position": 0.0, "mic_muted": false,
+		"camera_on": false, "volume": 50.0, "last_error": "", "policy": "always"} {
 		if st[k] != want {
 			t.Errorf("state[%q] = %#v, want %#v (state %v)", k, st[k], want, st)
+		}
+	}
+	// Counters, ages and voice activity are not in the state: they would rewrite it constantly.
+	for _, k := range []string{"kv_cache_length", "session_age_s", "reconnects", "rollovers", "speech", "chunks_sent"} {
+		if _, ok := st[k]; ok {
+			t.Errorf("state carries %q: %v", k, st)
 		}
 	}
 	if got, ok := retained(t, br.URL(), p+"availability"); !ok || got != "online" {
@@ -43,15 +49,31 @@ func TestTopicsAndPayloads(t *testing.T) {
 		t.Error("state is not retained")
 	}
 
-	// State: on change only; identical republishes suppressed (session age does not count).
+	// State: on change only. Age, kv cache, speech and listening↔speaking are not changes of
+	// the state; they show on stats and activity.
 	s := fa.Status()
 	s.SessionAge = 3
 	fa.emit(agent.StateChanged{Status: s})
-	s.State, s.KVCacheLength = agent.StateSpeaking, 180
+	s.State, s.KVCacheLength, s.Speech = agent.StateSpeaking, 180, true
 	fa.emit(agent.StateChanged{Status: s})
-	w.waitFor(p+"state", wait, jsonField(t, "state", "speaking"))
+	w.waitFor(p+"activity", wait, jsonField(t, "assistant_speaking", true))
+	w.waitFor(p+"activity", wait, jsonField(t, "voice_local", true))
+	s.State, s.Speech = agent.StateListening, false
+	fa.emit(agent.StateChanged{Status: s})
+	w.waitFor(p+"activity", wait, jsonField(t, "assistant_speaking", false))
+	fa.emit(agent.VoiceActivity{Source: "server", Speaking: true})
+	act := w.waitFor(p+"activity", wait, jsonField(t, "voice_server", true)).json(t)
+	if act["voice"] != true || act["voice_local"] != false {
+		t.Errorf("activity %v", act)
+	}
+	s.Muted = true
+	fa.emit(agent.StateChanged{Status: s})
+	w.waitFor(p+"state", wait, jsonField(t, "mic_muted", true))
 	if n := len(w.all(p + "state")); n != 2 {
-		t.Errorf("%d state messages, want 2 (the identical one suppressed): %v", n, w.all(p+"state"))
+		t.Errorf("%d state messages, want 2 (the first and the mute): %v", n, w.all(p+"state"))
+	}
+	if _, ok := retained(t, br.URL(), p+"activity"); !ok {
+		t.Error("activity is not retained")
 	}
 
 	// Transcript, last utterance, partials.
@@ -60,11 +82,26 @@ func TestTopicsAndPayloads(t *testing.T) {
 	fa.emit(agent.TextDelta{SessionID: "sess-1", Text: " there"})
 	fa.emit(agent.Utterance{Role: "user", Text: "speech 0.5s", SessionID: "sess-1", Partial: true})
 	fa.emit(agent.Utterance{Role: "assistant", Text: "Hello there", SessionID: "sess-1", Start: start, End: start.Add(2 * time.Second)})
-	tr := w.waitFor(p+"transcript", wait, nil).json(t)
-	want := map[string]any{"role": "assistant", "text": "Hello there", "session_id": "sess-1",
+	fa.emit(agent.Utterance{Role: "user", Text: "Hola", SessionID: "sess-1", Start: start, End: start.Add(1500 * time.Millisecond),
+		Language: "es", Duration: 1500 * time.Millisecond})
+	trs := w.waitCount(p+"transcript", 2, wait)
+	tr, user := trs[0].json(t), trs[1].json(t)
+	ids := map[any]bool{}
+	for _, m := range []map[string]any{tr, user} {
+		id, _ := m["msg_id"].(string)
+		if id == "" || ids[id] {
+			t.Errorf("transcript msg_id missing or repeated: %v", m)
+		}
+		ids[id] = true
+		delete(m, "msg_id")
+	}
+	want := map[string]any{"event_type": "assistant", "role": "assistant", "text": "Hello there", "session_id": "sess-1",
 		"start": "2025-01-02T03:04:05Z", "end": "2025-01-02T03:04:07Z"}
 	if fmt.Sprint(tr) != fmt.Sprint(want) {
 		t.Errorf("transcript %v, want %v", tr, want)
+	}
+	if user["event_type"] != "user" || user["language"] != "es" || user["duration_s"] != 1.5 {
+		t.Errorf("user transcript %v: want its language and duration", user)
 	}
 	parts := w.waitCount(p+"transcript/partial", 3, wait)
 	if parts[1].json(t)["text"] != "Hello there" || parts[2].json(t)["role"] != "user" {
@@ -78,19 +115,32 @@ func TestTopicsAndPayloads(t *testing.T) {
 	// Event and answer.
 	fa.emit(agent.Lifecycle{Kind: "session_ended", SessionID: "sess-1", Reason: "timeout", At: start})
 	ev := w.waitFor(p+"event", wait, nil).json(t)
+	if id, _ := ev["msg_id"].(string); id == "" || ids[id] {
+		t.Errorf("event msg_id missing or repeated: %v", ev)
+	}
+	delete(ev, "msg_id")
 	if fmt.Sprint(ev) != fmt.Sprint(map[string]any{"kind": "session_ended", "session_id": "sess-1", "reason": "timeout", "at": "2025-01-02T03:04:05Z"}) {
 		t.Errorf("event %v", ev)
 	}
+	// An ask answer streams on answer/stream before the answer.
+	fa.emit(agent.AnswerDelta{ID: "q1", Text: "a "})
+	fa.emit(agent.AnswerDelta{ID: "q1", Text: "cat"})
 	fa.emit(agent.Answer{ID: "q1", Text: "a cat"})
 	fa.emit(agent.Answer{ID: "q2", Error: "no camera frame"})
+	stream := w.waitCount(p+"answer/stream", 2, wait)
+	if stream[0].Payload != `{"id":"q1","delta":"a ","text":"a "}` || stream[1].Payload != `{"id":"q1","delta":"cat","text":"a cat"}` {
+		t.Errorf("answer stream %v", stream)
+	}
 	ans := w.waitCount(p+"answer", 2, wait)
-	if ans[0].Payload != `{"id":"q1","text":"a cat"}` || ans[1].Payload != `{"id":"q2","error":"no camera frame"}` {
+	a0, a1 := ans[0].json(t), ans[1].json(t)
+	if a0["id"] != "q1" || a0["text"] != "a cat" || a1["id"] != "q2" || a1["error"] != "no camera frame" || a0["msg_id"] == a1["msg_id"] || a0["msg_id"] == nil {
 		t.Errorf("answers %v", ans)
 	}
 
 	// Stats.
 	stats := w.waitFor(p+"stats", wait, nil).json(t)
-	for _, k := range []string{"uptime_s", "chunks_sent", "chunks_dropped", "outbox_pending", "outbox_dropped", "cpu_s", "rss_bytes", "bytes_up", "bytes_down"} {
+	for _, k := range []string{"uptime_s", "session_age_s", "kv_cache_length", "reconnects", "rollovers", "chunks_sent", "chunks_dropped",
+		"outbox_pending", "outbox_dropped", "outbox_write_errors", "cpu_s", "rss_bytes", "bytes_up", "bytes_down"} {
 		if _, ok := stats[k]; !ok {
 			t.Errorf("stats has no %q: %v", k, stats)
 		}
@@ -128,7 +178,9 @@ func TestDiscovery(t *testing.T) {
 	}
 	wantPlatforms := map[string]string{"state": "sensor", "connected": "binary_sensor", "last_utterance": "sensor",
 		"kv_cache": "sensor", "queue_position": "sensor", "reconnects": "sensor", "session": "switch", "mic_mute": "switch",
-		"camera": "switch", "interrupt": "button", "volume": "number", "instructions": "text", "say": "text"}
+		"camera": "switch", "interrupt": "button", "volume": "number", "instructions": "text", "say": "text",
+		"announce": "notify", "transcript": "event", "voice": "binary_sensor", "assistant_speaking": "binary_sensor",
+		"session_age": "sensor", "model_step": "sensor"}
 	if len(d.Cmps) != len(wantPlatforms) {
 		t.Errorf("%d components, want %d", len(d.Cmps), len(wantPlatforms))
 	}
@@ -150,13 +202,16 @@ func TestDiscovery(t *testing.T) {
 		if c["availability_topic"] != "omnisat/kiosk1/availability" || c["payload_available"] != "online" || c["payload_not_available"] != "offline" {
 			t.Errorf("%s: availability %v", name, c)
 		}
+		if icon, _ := c["icon"].(string); !strings.HasPrefix(icon, "mdi:") {
+			t.Errorf("%s: icon %q", name, icon)
+		}
 		for _, k := range []string{"state_topic", "command_topic", "json_attributes_topic"} {
 			if v, ok := c[k].(string); ok && !strings.HasPrefix(v, "omnisat/kiosk1/") {
 				t.Errorf("%s: %s = %q", name, k, v)
 			}
 		}
 	}
-	if d.Cmps["state"]["device_class"] != "enum" || len(d.Cmps["state"]["options"].([]any)) != 9 {
+	if d.Cmps["state"]["device_class"] != "enum" || len(d.Cmps["state"]["options"].([]any)) != 8 {
 		t.Errorf("state sensor %v", d.Cmps["state"])
 	}
 	if d.Cmps["connected"]["device_class"] != "connectivity" {
@@ -234,6 +289,9 @@ func TestCommands(t *testing.T) {
 		{"say", "Hello", `say say-1 "Hello"`},
 		{"ask", `{"id":"q7","question":"What do you see?","snapshot":true}`, `ask q7 "What do you see?" true`},
 		{"ask", "How late is it?", `ask ask-2 "How late is it?" false`},
+		{"ask", `{"question":"Why?","max_new_tokens":64,"thinking":true}`, `ask ask-3 "Why?" false max_new_tokens=64 thinking=true voice=""`},
+		{"say", `{"id":"s9","text":"Dinner is ready","voice":"anna"}`, `say s9 "Dinner is ready" max_new_tokens=0 thinking=false voice="anna"`},
+		{"settings", "RESET", "settings reset"},
 	}
 	for _, g := range good {
 		publish(t, br.URL(), p+"cmd/"+g.cmd, g.payload, false)
@@ -260,7 +318,7 @@ func TestCommands(t *testing.T) {
 		{"volume", "101", `"101" is outside 0..100`},
 		{"instructions", "  ", "empty instructions"},
 		{"instructions", `{"txt":"x"}`, `unknown field "txt"`},
-		{"say", "", "nothing to say"},
+		{"say", "", "empty text"},
 		{"ask", `{"id":"q","question":""}`, `no "question"`},
 		{"ask", `{"id":"q","question":"x",`, "not valid JSON"},
 		{"reboot", "now", `unknown command "reboot"`},
@@ -384,5 +442,40 @@ func TestConfig(t *testing.T) {
 	cfg.PasswordFile, cfg.TLS.CAFile = "", "/nonexistent/ca.pem"
 	if _, err := mqtt.New(cfg, "x", "v", nil, nil); err == nil || !strings.Contains(err.Error(), "mqtt.tls.ca_file") {
 		t.Errorf("missing CA: %v", err)
+	}
+}
+
+// The image entity is opt-in: without mqtt.image no picture leaves the device; with it, the
+// frames the agent sent to the model go out, at most one per image_interval.
+func TestImageOptIn(t *testing.T) {
+	br := testbroker.Start(t)
+	w := watch(t, br.URL())
+	fa := newFakeAgent()
+	cfg := testConfig(t, br.URL())
+	off := startBridge(t, cfg, "cam", fa)
+	p := "omnisat/cam/"
+	w.waitFor(p+"availability", wait, payloadIs("online"))
+	fa.emit(agent.FrameSent{JPEG: []byte("\xff\xd8frame0"), At: time.Now()})
+	w.waitFor("homeassistant/device/cam/config", wait, nil)
+	off.stop(t)
+	if got := w.all(p + "image"); len(got) != 0 {
+		t.Fatalf("a picture left the device without mqtt.image: %v", got)
+	}
+	if strings.Contains(w.all("homeassistant/device/cam/config")[0].Payload, `"image"`) {
+		t.Fatal("an image entity without mqtt.image")
+	}
+
+	cfg.Image, cfg.ImageInterval = true, time.Hour
+	startBridge(t, cfg, "cam", fa)
+	disc := w.waitCount("homeassistant/device/cam/config", 2, wait)[1]
+	if !strings.Contains(disc.Payload, `"image_topic":"omnisat/cam/image"`) || !strings.Contains(disc.Payload, `value_json.camera_on`) {
+		t.Fatalf("discovery lacks the image entity and its camera availability: %s", disc.Payload)
+	}
+	fa.emit(agent.FrameSent{JPEG: []byte("\xff\xd8frame1"), At: time.Now()})
+	fa.emit(agent.FrameSent{JPEG: []byte("\xff\xd8frame2"), At: time.Now()})
+	img := w.waitFor(p+"image", wait, nil)
+	time.Sleep(300 * time.Millisecond)
+	if got := w.all(p + "image"); img.Payload != "\xff\xd8frame1" || len(got) != 1 || img.Retained {
+		t.Fatalf("images %v: want the first frame only (interval 1h), not retained", got)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/omnisat/omnisat/agent"
 )
 
 // maxCommandBytes bounds a command payload (instructions are the longest).
@@ -15,18 +17,88 @@ const maxCommandBytes = 64 << 10
 
 // command is a decoded, valid command: applying it is the only effect it has.
 type command struct {
-	name     string
-	session  string // start, stop, restart
-	on       bool   // mute, camera
-	volume   int
-	text     string // instructions, say, ask question
-	restart  bool   // instructions
-	id       string // ask, say (empty: the bridge assigns one)
-	snapshot bool   // ask
+	name    string
+	session string // start, stop, restart
+	on      bool   // mute, camera
+	volume  int
+	text    string // instructions, say, ask question
+	restart bool   // instructions
+	id      string // ask, say (empty: the bridge assigns one)
+	turn    agent.TurnOptions
 }
 
 // commandNames are the topics under <prefix>/cmd/.
-var commandNames = []string{"session", "interrupt", "mute", "camera", "volume", "instructions", "say", "ask"}
+var commandNames = []string{"session", "interrupt", "mute", "camera", "volume", "instructions", "settings", "say", "ask"}
+
+// maxNewTokens bounds max_new_tokens (MiniCPM-o's context is 8192 tokens).
+const maxNewTokens = 8192
+
+// turnJSON is the JSON form of ask and say.
+type turnJSON struct {
+	ID           any     `json:"id"`
+	Question     *string `json:"question"` // ask
+	Text         *string `json:"text"`     // say
+	Snapshot     bool    `json:"snapshot"`
+	MaxNewTokens int     `json:"max_new_tokens"`
+	Thinking     bool    `json:"thinking"`
+	Voice        string  `json:"voice"`
+}
+
+// parseTurn decodes ask and say: plain text, or JSON with an id and the chat options.
+func parseTurn(c *command, s string) error {
+	field, shape := "text", `{"id": "...", "text": "...", "voice": "...", "max_new_tokens": 64, "thinking": false}`
+	if c.name == "ask" {
+		field, shape = "question", `{"id": "...", "question": "...", "snapshot": false, "max_new_tokens": 64, "thinking": false}`
+	}
+	if !strings.HasPrefix(s, "{") {
+		if s == "" {
+			return fmt.Errorf("empty %s: send text or %s", field, shape)
+		}
+		c.text = s
+		return nil
+	}
+	var in turnJSON
+	if err := decodeStrict(s, &in); err != nil {
+		return fmt.Errorf("not valid JSON %s: %v", shape, err)
+	}
+	text, other := in.Text, in.Question
+	if c.name == "ask" {
+		text, other = in.Question, in.Text
+	}
+	if other != nil {
+		return fmt.Errorf(`JSON payload of %s takes "%s", not the other field`, c.name, field)
+	}
+	if text == nil || strings.TrimSpace(*text) == "" {
+		return fmt.Errorf(`JSON payload has no "%s" (or it is empty)`, field)
+	}
+	switch id := in.ID.(type) {
+	case nil:
+	case string:
+		c.id = id
+	case float64:
+		c.id = strconv.FormatFloat(id, 'f', -1, 64)
+	default:
+		return errors.New(`"id" must be a string or a number`)
+	}
+	if len(c.id) > 200 {
+		return fmt.Errorf(`"id" of %d bytes is longer than 200`, len(c.id))
+	}
+	if in.MaxNewTokens < 0 || in.MaxNewTokens > maxNewTokens {
+		return fmt.Errorf(`"max_new_tokens" %d is outside 1..%d`, in.MaxNewTokens, maxNewTokens)
+	}
+	if c.name == "say" && in.Snapshot {
+		return errors.New(`say takes no "snapshot"`)
+	}
+	if c.name == "ask" && in.Voice != "" {
+		return errors.New(`ask answers in text: "voice" applies to say`)
+	}
+	if len(in.Voice) > 200 {
+		return fmt.Errorf(`"voice" of %d bytes is longer than 200`, len(in.Voice))
+	}
+	c.text = strings.TrimSpace(*text)
+	c.turn = agent.TurnOptions{Snapshot: in.Snapshot, MaxNewTokens: in.MaxNewTokens, Thinking: in.Thinking, Voice: in.Voice}
+	return nil
+}
 
 // parseCommand decodes the payload of <prefix>/cmd/<name>. It never panics; errors say what is
 // wrong with the payload and what would have been accepted.
@@ -80,43 +152,14 @@ func parseCommand(name string, payload []byte) (command, error) {
 		if strings.TrimSpace(c.text) == "" {
 			return c, errors.New("empty instructions")
 		}
-	case "say":
-		if s == "" {
-			return c, errors.New("empty text: nothing to say")
+	case "settings":
+		if strings.ToLower(s) != "reset" {
+			return c, fmt.Errorf("%s is not reset", quote(s))
 		}
-		c.text = s
-	case "ask":
-		if !strings.HasPrefix(s, "{") {
-			if s == "" {
-				return c, errors.New(`empty question: send text or {"id": "...", "question": "...", "snapshot": false}`)
-			}
-			c.text = s
-			break
+	case "say", "ask":
+		if err := parseTurn(&c, s); err != nil {
+			return c, err
 		}
-		var in struct {
-			ID       any     `json:"id"`
-			Question *string `json:"question"`
-			Snapshot bool    `json:"snapshot"`
-		}
-		if err := decodeStrict(s, &in); err != nil {
-			return c, fmt.Errorf(`not valid JSON {"id": "...", "question": "...", "snapshot": false}: %v`, err)
-		}
-		if in.Question == nil || strings.TrimSpace(*in.Question) == "" {
-			return c, errors.New(`JSON payload has no "question" (or it is empty)`)
-		}
-		switch id := in.ID.(type) {
-		case nil:
-		case string:
-			c.id = id
-		case float64:
-			c.id = strconv.FormatFloat(id, 'f', -1, 64)
-		default:
-			return c, errors.New(`"id" must be a string or a number`)
-		}
-		if len(c.id) > 200 {
-			return c, fmt.Errorf(`"id" of %d bytes is longer than 200`, len(c.id))
-		}
-		c.text, c.snapshot = strings.TrimSpace(*in.Question), in.Snapshot
 	default:
 		return c, fmt.Errorf("unknown command %s (known: %s)", quote(name), strings.Join(commandNames, ", "))
 	}
@@ -200,10 +243,12 @@ func (c command) apply(a Agent) error {
 		return a.SetVolume(c.volume)
 	case "instructions":
 		a.SetInstructions(c.text, c.restart)
+	case "settings":
+		a.ResetSettings()
 	case "say":
-		a.Say(c.id, c.text)
+		a.Say(c.id, c.text, c.turn)
 	case "ask":
-		a.Ask(c.id, c.text, c.snapshot)
+		a.Ask(c.id, c.text, c.turn)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package mqtt
 import (
 	"strings"
 	"testing"
+
+	"github.com/omnisat/omnisat/agent"
 )
 
 func TestParseCommand(t *testing.T) {
@@ -25,6 +27,14 @@ func TestParseCommand(t *testing.T) {
 		{"instructions", `{"restart":true}`, command{}, `no "text"`},
 		{"ask", `{"id":7,"question":"q"}`, command{name: "ask", id: "7", text: "q"}, ""},
 		{"ask", `{"id":[1],"question":"q"}`, command{}, "string or a number"},
+		{"ask", `{"question":"q","max_new_tokens":9000}`, command{}, "outside 1..8192"},
+		{"ask", `{"question":"q","voice":"anna"}`, command{}, "voice"},
+		{"ask", `{"text":"q"}`, command{}, `takes "question"`},
+		{"say", `{"text":"hi","snapshot":true}`, command{}, "no \"snapshot\""},
+		{"say", `{"text":"hi","max_new_tokens":32,"thinking":true,"voice":"v1"}`,
+			command{name: "say", text: "hi", turn: agent.TurnOptions{MaxNewTokens: 32, Thinking: true, Voice: "v1"}}, ""},
+		{"settings", "reset", command{name: "settings"}, ""},
+		{"settings", "forget", command{}, "not reset"},
 		{"say", "\xff", command{}, "not UTF-8"},
 		{"say", strings.Repeat("a", maxCommandBytes+1), command{}, "larger than"},
 	} {
@@ -48,6 +58,7 @@ func FuzzParseCommand(f *testing.F) {
 	f.Add("ask", `{"id":"a","question":"b","snapshot":true}`)
 	f.Add("instructions", `{"text":"b","restart":true}`)
 	f.Add("volume", "1e3")
+	f.Add("say", `{"id":1,"text":"b","voice":"v","max_new_tokens":5,"thinking":true}`)
 	f.Fuzz(func(t *testing.T, name, payload string) {
 		c, err := parseCommand(name, []byte(payload))
 		if err != nil {
@@ -58,6 +69,9 @@ func FuzzParseCommand(f *testing.F) {
 		}
 		if c.name != name {
 			t.Fatalf("name %q → %q", name, c.name)
+		}
+		if c.turn.MaxNewTokens < 0 || c.turn.MaxNewTokens > maxNewTokens {
+			t.Fatalf("max_new_tokens %d accepted from %q", c.turn.MaxNewTokens, payload)
 		}
 		if name == "volume" && (c.volume < 0 || c.volume > 100) {
 			t.Fatalf("volume %d accepted from %q", c.volume, payload)

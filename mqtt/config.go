@@ -43,6 +43,12 @@ type Config struct {
 	// PartialTranscripts publishes <prefix>/transcript/partial while text streams (default false).
 	PartialTranscripts bool         `yaml:"partial_transcripts"`
 	Outbox             OutboxConfig `yaml:"outbox"`
+	// Image publishes the newest camera frame the satellite sent to the model on <prefix>/image
+	// (a Home Assistant image entity). Off by default: a picture leaving the device is the
+	// owner's decision.
+	Image bool `yaml:"image"`
+	// ImageInterval is the shortest time between two pictures on <prefix>/image (default 10s).
+	ImageInterval time.Duration `yaml:"image_interval"`
 }
 
 // TLSConfig secures ssl:// and wss:// connections. Verification is on unless Insecure.
@@ -69,6 +75,7 @@ const (
 	defaultStatsInterval  = 60 * time.Second
 	defaultOutboxBytes    = 4 << 20
 	minOutboxBytes        = 4 << 10
+	defaultImageInterval  = 10 * time.Second
 )
 
 // Enabled reports whether a broker is configured.
@@ -101,6 +108,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Outbox.MaxBytes == 0 {
 		c.Outbox.MaxBytes = defaultOutboxBytes
+	}
+	if c.ImageInterval == 0 {
+		c.ImageInterval = defaultImageInterval
 	}
 	return c
 }
@@ -163,6 +173,9 @@ func (c Config) Validate() error {
 	}
 	if c.StatsInterval > 0 && c.StatsInterval < time.Second {
 		bad("mqtt.stats_interval: %v is shorter than 1s", c.StatsInterval)
+	}
+	if c.ImageInterval < time.Second || c.ImageInterval > time.Hour {
+		bad("mqtt.image_interval: %v is outside 1s..1h", c.ImageInterval)
 	}
 	if c.Outbox.MaxBytes < minOutboxBytes {
 		bad("mqtt.outbox.max_bytes: %v is below %v", c.Outbox.MaxBytes, yamlconf.Size(minOutboxBytes))

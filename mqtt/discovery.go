@@ -10,10 +10,11 @@ import "github.com/omnisat/omnisat/agent"
 
 const originURL = "https://github.com/omnisat/omnisat"
 
-// allStates are the options of the state enum sensor.
+// allStates are the options of the state enum sensor (speaking is shown as listening there; the
+// assistant's speech has its own binary sensor).
 var allStates = []string{
 	string(agent.StateIdle), string(agent.StateConnecting), string(agent.StateQueued), string(agent.StateStarting),
-	string(agent.StateListening), string(agent.StateSpeaking), string(agent.StateReconnecting),
+	string(agent.StateListening), string(agent.StateReconnecting),
 	string(agent.StateStopped), string(agent.StateError),
 }
 
@@ -32,6 +33,8 @@ func (b *Bridge) discoveryPayload() map[string]any {
 		return m
 	}
 	state := p + "/state"
+	stats := p + "/stats"
+	activity := p + "/activity"
 	cmp := map[string]any{
 		"state": avail(map[string]any{
 			"p": "sensor", "unique_id": uid("state"), "name": "State",
@@ -43,7 +46,7 @@ func (b *Bridge) discoveryPayload() map[string]any {
 			"p": "binary_sensor", "unique_id": uid("connected"), "name": "Connected",
 			"state_topic": state, "value_template": "{{ 'ON' if value_json.connected else 'OFF' }}",
 			"payload_on": "ON", "payload_off": "OFF",
-			"device_class": "connectivity", "entity_category": "diagnostic",
+			"device_class": "connectivity", "entity_category": "diagnostic", "icon": "mdi:lan-connect",
 		}),
 		"last_utterance": avail(map[string]any{
 			"p": "sensor", "unique_id": uid("last_utterance"), "name": "Last assistant utterance",
@@ -52,7 +55,7 @@ func (b *Bridge) discoveryPayload() map[string]any {
 		}),
 		"kv_cache": avail(map[string]any{
 			"p": "sensor", "unique_id": uid("kv_cache"), "name": "KV cache length",
-			"state_topic": state, "value_template": "{{ value_json.kv_cache_length }}",
+			"state_topic": stats, "value_template": "{{ value_json.kv_cache_length }}",
 			"unit_of_measurement": "tokens", "state_class": "measurement",
 			"entity_category": "diagnostic", "icon": "mdi:memory",
 		}),
@@ -63,7 +66,7 @@ func (b *Bridge) discoveryPayload() map[string]any {
 		}),
 		"reconnects": avail(map[string]any{
 			"p": "sensor", "unique_id": uid("reconnects"), "name": "Reconnects",
-			"state_topic": state, "value_template": "{{ value_json.reconnects }}",
+			"state_topic": stats, "value_template": "{{ value_json.reconnects }}",
 			"state_class": "total_increasing", "entity_category": "diagnostic", "icon": "mdi:connection",
 		}),
 		"session": avail(map[string]any{
@@ -104,6 +107,54 @@ func (b *Bridge) discoveryPayload() map[string]any {
 			"p": "text", "unique_id": uid("say"), "name": "Say",
 			"command_topic": p + "/cmd/say", "mode": "text", "max": 255, "icon": "mdi:bullhorn",
 		}),
+		// notify.send_message lands on say: announcements spoken by the satellite.
+		"announce": avail(map[string]any{
+			"p": "notify", "unique_id": uid("announce"), "name": "Announce",
+			"command_topic": p + "/cmd/say", "icon": "mdi:bullhorn-outline",
+		}),
+		// Automations on what was said, and by whom (event types: the roles).
+		"transcript": avail(map[string]any{
+			"p": "event", "unique_id": uid("transcript"), "name": "Transcript",
+			"state_topic": p + "/transcript", "event_types": []string{"user", "assistant"},
+			"icon": "mdi:message-text-outline",
+		}),
+		"voice": avail(map[string]any{
+			"p": "binary_sensor", "unique_id": uid("voice"), "name": "Voice activity",
+			"state_topic": activity, "value_template": "{{ 'ON' if value_json.voice else 'OFF' }}",
+			"payload_on": "ON", "payload_off": "OFF", "device_class": "sound",
+			"json_attributes_topic": activity, "icon": "mdi:account-voice",
+		}),
+		"assistant_speaking": avail(map[string]any{
+			"p": "binary_sensor", "unique_id": uid("assistant_speaking"), "name": "Assistant speaking",
+			"state_topic": activity, "value_template": "{{ 'ON' if value_json.assistant_speaking else 'OFF' }}",
+			"payload_on": "ON", "payload_off": "OFF", "icon": "mdi:speaker-message",
+		}),
+		"session_age": avail(map[string]any{
+			"p": "sensor", "unique_id": uid("session_age"), "name": "Session age",
+			"state_topic": stats, "value_template": "{{ value_json.session_age_s }}",
+			"unit_of_measurement": "s", "device_class": "duration", "state_class": "measurement",
+			"entity_category": "diagnostic", "icon": "mdi:timer-outline",
+		}),
+		"model_step": avail(map[string]any{
+			"p": "sensor", "unique_id": uid("model_step"), "name": "Model step time",
+			"state_topic": stats, "value_template": "{{ value_json.last_step.wall_clock_ms if value_json.last_step is defined and value_json.last_step.wall_clock_ms is defined else None }}",
+			"unit_of_measurement": "ms", "device_class": "duration", "state_class": "measurement",
+			"json_attributes_topic": stats, "json_attributes_template": "{{ (value_json.last_step if value_json.last_step is defined else {}) | tojson }}",
+			"entity_category": "diagnostic", "icon": "mdi:timer-cog-outline",
+		}),
+	}
+	if b.cfg.Image {
+		// The newest frame sent to the model (opt-in, mqtt.image); unavailable while the camera is off.
+		cmp["image"] = map[string]any{
+			"p": "image", "unique_id": uid("image"), "name": "Last frame sent",
+			"image_topic": p + "/image", "content_type": "image/jpeg", "icon": "mdi:camera-image",
+			"availability_mode": "all",
+			"availability": []map[string]any{
+				{"topic": p + "/availability", "payload_available": "online", "payload_not_available": "offline"},
+				{"topic": state, "value_template": "{{ 'online' if value_json.camera_on else 'offline' }}",
+					"payload_available": "online", "payload_not_available": "offline"},
+			},
+		}
 	}
 	return map[string]any{
 		"dev": map[string]any{

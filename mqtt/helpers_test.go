@@ -292,10 +292,21 @@ func (f *fakeAgent) SetVolume(v int) error {
 func (f *fakeAgent) SetInstructions(text string, restart bool) {
 	f.record(fmt.Sprintf("instructions %q %v", text, restart), nil)
 }
-func (f *fakeAgent) Ask(id, q string, snapshot bool) {
-	f.record(fmt.Sprintf("ask %s %q %v", id, q, snapshot), nil)
+func (f *fakeAgent) Ask(id, q string, o agent.TurnOptions) {
+	f.record(fmt.Sprintf("ask %s %q %v", id, q, o.Snapshot)+turnSuffix(o), nil)
 }
-func (f *fakeAgent) Say(id, text string) { f.record(fmt.Sprintf("say %s %q", id, text), nil) }
+func (f *fakeAgent) Say(id, text string, o agent.TurnOptions) {
+	f.record(fmt.Sprintf("say %s %q", id, text)+turnSuffix(o), nil)
+}
+func (f *fakeAgent) ResetSettings() { f.record("settings reset", nil) }
+
+// turnSuffix shows the chat options of a call when any is set.
+func turnSuffix(o agent.TurnOptions) string {
+	if o.MaxNewTokens == 0 && !o.Thinking && o.Voice == "" {
+		return ""
+	}
+	return fmt.Sprintf(" max_new_tokens=%d thinking=%v voice=%q", o.MaxNewTokens, o.Thinking, o.Voice)
+}
 
 // running is a bridge running in the background.
 type running struct {

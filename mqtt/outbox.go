@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -54,6 +55,7 @@ type outbox struct {
 	pendingBytes int64
 	dropped      uint64 // messages dropped by the bound since open
 	ready        chan struct{}
+	empty        chan struct{} // signalled when the last waiting message is acknowledged
 }
 
 // openOutbox opens (or creates) the outbox in dir and loads every message not yet acknowledged.
@@ -61,7 +63,7 @@ func openOutbox(dir string, max int64) (*outbox, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("outbox: create directory %q: %w", dir, err)
 	}
-	o := &outbox{dir: dir, max: max, ready: make(chan struct{}, 1)}
+	o := &outbox{dir: dir, max: max, ready: make(chan struct{}, 1), empty: make(chan struct{}, 1)}
 	path := filepath.Join(dir, logName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -319,7 +321,27 @@ func (o *outbox) Ack(end int64) error {
 		return err
 	}
 	o.maybeCompact()
+	if len(o.pending) == 0 {
+		select {
+		case o.empty <- struct{}{}:
+		default:
+		}
+	}
 	return nil
+}
+
+// waitEmpty waits until every message has been acknowledged; false when ctx ends first.
+func (o *outbox) waitEmpty(ctx context.Context) bool {
+	for {
+		if n, _, _ := o.Stats(); n == 0 {
+			return true
+		}
+		select {
+		case <-o.empty:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // maybeCompact rewrites the log once the delivered prefix is half the bound or more.
@@ -337,13 +359,40 @@ func (o *outbox) Stats() (pending int, bytes int64, dropped uint64) {
 	return len(o.pending), o.pendingBytes, o.dropped
 }
 
+// Close makes the acknowledged offset durable (a clean stop must not send again what the broker
+// has acknowledged, even after a power cut) and closes the log. It is safe to call twice.
 func (o *outbox) Close() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.f == nil {
 		return nil
 	}
-	err := o.f.Close()
+	err := syncFile(filepath.Join(o.dir, ackName))
+	if cerr := o.f.Close(); err == nil {
+		err = cerr
+	}
 	o.f = nil
 	return err
+}
+
+// syncFile fsyncs an existing file and its folder (a missing file is nothing to sync).
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/omnisat/omnisat/agent"
 )
 
-// statePayload is <prefix>/state (retained).
+// statePayload is <prefix>/state (retained). It holds only what a person or an automation acts
+// on, so that it changes rarely: counters and ages are in stats, voice activity and the
+// assistant's speech in activity.
 type statePayload struct {
 	State         string            `json:"state"`
 	Detail        string            `json:"detail,omitempty"`
@@ -23,54 +25,74 @@ type statePayload struct {
 	Mode          string            `json:"mode"`
 	Dialect       string            `json:"dialect"`
 	SessionID     string            `json:"session_id"`
-	SessionAge    float64           `json:"session_age_s"`
 	QueuePosition int               `json:"queue_position"`
-	KVCacheLength int               `json:"kv_cache_length"`
-	Reconnects    int               `json:"reconnects"`
-	Rollovers     int               `json:"rollovers"`
 	MicMuted      bool              `json:"mic_muted"`
 	CameraOn      bool              `json:"camera_on"`
 	Volume        int               `json:"volume"`
-	Speech        bool              `json:"speech"`
+	Held          bool              `json:"held,omitempty"`
+	Overrides     []string          `json:"overrides,omitempty"`
 	LastError     string            `json:"last_error"`
 	Devices       map[string]string `json:"devices,omitempty"`
 }
 
-// connectedStates are the states in which a session with the model server is live.
+// isConnected: the states in which a session with the model server is live.
 func isConnected(s agent.State) bool {
 	return s == agent.StateListening || s == agent.StateSpeaking
 }
 
-func buildState(st agent.Status) statePayload {
-	p := statePayload{
-		State: string(st.State), Detail: st.Detail, Connected: isConnected(st.State),
-		Policy: string(st.Policy), Mode: st.Mode, Dialect: st.Dialect, SessionID: st.SessionID,
-		SessionAge: math.Round(st.SessionAge*10) / 10, QueuePosition: st.QueuePosition,
-		KVCacheLength: st.KVCacheLength, Reconnects: st.Reconnects, Rollovers: st.Rollovers,
-		MicMuted: st.Muted, CameraOn: st.CameraOn, Volume: st.Volume, Speech: st.Speech, LastError: st.LastError,
-		Devices: st.Devices,
+// publicState is the state as MQTT shows it: a live session is "listening" whether or not a
+// reply plays (that flips every few seconds in a conversation; it is on activity).
+func publicState(s agent.State) string {
+	if s == agent.StateSpeaking {
+		return string(agent.StateListening)
 	}
-	if !st.Since.IsZero() {
-		p.Since = st.Since.UTC().Format(time.RFC3339)
+	return string(s)
+}
+
+// buildState makes the state payload; since is when the public state began (the bridge keeps it,
+// as the agent's own changes with every listening/speaking flip).
+func buildState(st agent.Status, since time.Time) statePayload {
+	p := statePayload{
+		State: publicState(st.State), Detail: st.Detail, Connected: isConnected(st.State),
+		Policy: string(st.Policy), Mode: st.Mode, Dialect: st.Dialect, SessionID: st.SessionID,
+		QueuePosition: st.QueuePosition, MicMuted: st.Muted, CameraOn: st.CameraOn, Volume: st.Volume,
+		Held: st.Held, Overrides: st.Overrides, LastError: st.LastError, Devices: st.Devices,
+	}
+	if !since.IsZero() {
+		p.Since = since.UTC().Format(time.RFC3339)
 	}
 	return p
 }
 
-// stateKey is what decides whether a state is new: everything but the session's age, which
-// changes on every snapshot.
+// key is what decides whether a state is new: everything but since (which follows the state).
 func (p statePayload) key() string {
-	p.SessionAge = 0
+	p.Since = ""
 	b, _ := json.Marshal(p)
 	return string(b)
 }
 
+// activityPayload is <prefix>/activity (retained): who is speaking now.
+type activityPayload struct {
+	// Voice is true while someone speaks to the satellite, by the local detector or the server's.
+	Voice       bool `json:"voice"`
+	VoiceLocal  bool `json:"voice_local"`
+	VoiceServer bool `json:"voice_server"`
+	// AssistantSpeaking is true while a reply plays on the speaker.
+	AssistantSpeaking bool `json:"assistant_speaking"`
+}
+
 // transcriptPayload is <prefix>/transcript and <prefix>/transcript/partial.
 type transcriptPayload struct {
-	Role      string `json:"role"`
-	Text      string `json:"text"`
-	SessionID string `json:"session_id,omitempty"`
-	Start     string `json:"start,omitempty"`
-	End       string `json:"end,omitempty"`
+	MsgID string `json:"msg_id,omitempty"`
+	// EventType is the role again, for Home Assistant's event entity.
+	EventType string  `json:"event_type,omitempty"`
+	Role      string  `json:"role"`
+	Text      string  `json:"text"`
+	SessionID string  `json:"session_id,omitempty"`
+	Start     string  `json:"start,omitempty"`
+	End       string  `json:"end,omitempty"`
+	Language  string  `json:"language,omitempty"`
+	DurationS float64 `json:"duration_s,omitempty"`
 }
 
 func rfc3339(t time.Time) string {
@@ -81,11 +103,13 @@ func rfc3339(t time.Time) string {
 }
 
 func buildTranscript(u agent.Utterance) transcriptPayload {
-	return transcriptPayload{Role: u.Role, Text: u.Text, SessionID: u.SessionID, Start: rfc3339(u.Start), End: rfc3339(u.End)}
+	return transcriptPayload{Role: u.Role, Text: u.Text, SessionID: u.SessionID, Start: rfc3339(u.Start), End: rfc3339(u.End),
+		Language: u.Language, DurationS: math.Round(u.Duration.Seconds()*1000) / 1000}
 }
 
 // eventPayload is <prefix>/event.
 type eventPayload struct {
+	MsgID     string `json:"msg_id,omitempty"`
 	Kind      string `json:"kind"`
 	SessionID string `json:"session_id,omitempty"`
 	Reason    string `json:"reason,omitempty"`
@@ -94,28 +118,43 @@ type eventPayload struct {
 
 // answerPayload is <prefix>/answer.
 type answerPayload struct {
+	MsgID string `json:"msg_id,omitempty"`
 	ID    string `json:"id"`
 	Text  string `json:"text,omitempty"`
 	Error string `json:"error,omitempty"`
 }
 
+// answerStreamPayload is <prefix>/answer/stream: an ask answer as it streams.
+type answerStreamPayload struct {
+	ID    string `json:"id"`
+	Delta string `json:"delta"`
+	Text  string `json:"text"` // the answer so far (the last 8 KiB)
+}
+
 // statsPayload is <prefix>/stats.
 type statsPayload struct {
-	UptimeS        float64 `json:"uptime_s"`
-	ChunksSent     uint64  `json:"chunks_sent"`
-	ChunksDropped  uint64  `json:"chunks_dropped"`
-	AudioDroppedS  float64 `json:"audio_dropped_s"`
-	EventsDropped  *uint64 `json:"events_dropped,omitempty"`
-	OutboxPending  int     `json:"outbox_pending"`
-	OutboxBytes    int64   `json:"outbox_bytes"`
-	OutboxDropped  uint64  `json:"outbox_dropped"`
-	CPUSeconds     float64 `json:"cpu_s,omitempty"`
-	RSSBytes       int64   `json:"rss_bytes,omitempty"`
-	MQTTReconnects int     `json:"mqtt_reconnects"`
-	BytesUp        uint64  `json:"bytes_up"`
-	BytesDown      uint64  `json:"bytes_down"`
+	UptimeS        float64  `json:"uptime_s"`
+	SessionAgeS    float64  `json:"session_age_s"`
+	KVCacheLength  int      `json:"kv_cache_length"`
+	Reconnects     int      `json:"reconnects"`
+	Rollovers      int      `json:"rollovers"`
+	ChunksSent     uint64   `json:"chunks_sent"`
+	ChunksDropped  uint64   `json:"chunks_dropped"`
+	AudioDroppedS  float64  `json:"audio_dropped_s"`
+	EventsDropped  *uint64  `json:"events_dropped,omitempty"`
+	OutboxPending  int      `json:"outbox_pending"`
+	OutboxBytes    int64    `json:"outbox_bytes"`
+	OutboxDropped  uint64   `json:"outbox_dropped"`
+	OutboxFailed   uint64   `json:"outbox_write_errors"`
+	CPUSeconds     *float64 `json:"cpu_s,omitempty"` // nil where /proc is missing
+	RSSBytes       int64    `json:"rss_bytes,omitempty"`
+	MQTTReconnects int      `json:"mqtt_reconnects"`
+	BytesUp        uint64   `json:"bytes_up"`
+	BytesDown      uint64   `json:"bytes_down"`
 	// PlaybackUnderruns is omitted when the speaker does not count them.
 	PlaybackUnderruns *int64 `json:"playback_underruns,omitempty"`
+	// LastStep is the model's newest per-step timing, where the server sends it.
+	LastStep *agent.StepMetrics `json:"last_step,omitempty"`
 }
 
 // clockTicks is USER_HZ, 100 on every Linux the project runs on (x86-64, arm64).

@@ -153,6 +153,10 @@ func collectReply(ctx context.Context, s Session, what string, onEvent func(Even
 			if _, closed := ev.(Closed); closed {
 				return endedEarly(s, what)
 			}
+			if e, ok := ev.(ErrorEvent); ok && e.Err.Event == "error" {
+				// The server's own error ends the request at once (a bad frame does not).
+				return e.Err
+			}
 			if done, err := handle(ev); done || err != nil {
 				return err
 			}
@@ -188,8 +192,6 @@ func Synthesize(ctx context.Context, cfg Config, text, voice string, onEvent fun
 				reply.Text = text
 				return true, nil
 			}
-		case ErrorEvent:
-			return false, ev.Err
 		}
 		return false, nil
 	})

@@ -115,9 +115,19 @@ func TestDecodeOpenVoice(t *testing.T) {
 		{"tts end", false, `{"type":"tts.speaking_end"}`, []Event{TTSState{Speaking: false}}},
 		{"tts audio", true, string(pcm), []Event{AudioDelta{Samples: []float32{0.5, -0.5}, SampleRate: 22050}}},
 		{"recoverable error", false, `{"type":"error","message":"Worker connection lost","recoverable":true}`,
-			[]Event{serverErrSignal{&Error{Class: ClassProtocol, Code: "openvoice_error", Event: "error", Message: "server error: Worker connection lost"}}}},
+			[]Event{serverErrSignal{&Error{Class: ClassProtocol, Code: "openvoice_error", Event: "error", Message: "server error openvoice_error: Worker connection lost"}}}},
+		{"recoverable with code", false, `{"type":"error","code":"frame_too_large","message":"Frame exceeds 1MB","recoverable":true}`,
+			[]Event{serverErrSignal{&Error{Class: ClassProtocol, Code: "frame_too_large", Event: "error", Message: "server error frame_too_large: Frame exceeds 1MB"}}}},
 		{"fatal error", false, `{"type":"error","message":"gone","recoverable":false}`,
-			[]Event{fatalSignal{&Error{Class: ClassRetryable, Code: "openvoice_error", Event: "error", Message: "server error (not recoverable): gone"}}}},
+			[]Event{fatalSignal{&Error{Class: ClassRetryable, Code: "openvoice_error", Event: "error", Message: "server error openvoice_error (not recoverable): gone"}}}},
+		{"unknown model", false, `{"type":"error","code":"model_not_found","message":"Model 'x' not found in registry","recoverable":false}`,
+			[]Event{fatalSignal{&Error{Class: ClassConfig, Code: "model_not_found", Event: "error",
+				Message: "the server refused the session: model_not_found: Model 'x' not found in registry; check server.model"}}}},
+		{"missing model", false, `{"type":"error","code":"invalid_request","message":"Query parameter 'model' is required","recoverable":false}`,
+			[]Event{fatalSignal{&Error{Class: ClassConfig, Code: "invalid_request", Event: "error",
+				Message: "the server refused the session: invalid_request: Query parameter 'model' is required; check server.model"}}}},
+		{"closed", false, `{"type":"session.closed","reason":"inactivity_timeout","total_duration_ms":61000,"segments_transcribed":2}`,
+			[]Event{closedSignal{reason: "inactivity_timeout"}}},
 		{"unknown ignored", false, `{"type":"something.new"}`, nil},
 	}
 	for _, tt := range tests {
@@ -177,7 +187,7 @@ func TestDecodeOtherDialect(t *testing.T) {
 			t.Fatalf("%s: %#v", tt.frame, got)
 		}
 		f, ok := got[0].(fatalSignal)
-		if !ok || f.err.Class != ClassConfig || f.err.Code != CodeDialectMismatch || !strings.Contains(f.err.Message, "set dialect") {
+		if !ok || f.err.Class != ClassConfig || f.err.Code != CodeDialectMismatch || !strings.Contains(f.err.Message, "set server.dialect") {
 			t.Fatalf("%s: got %#v", tt.frame, got[0])
 		}
 	}
@@ -312,8 +322,8 @@ func TestEncodeControl(t *testing.T) {
 	if string(m.data) != `{"type":"tts.cancel"}` {
 		t.Fatalf("cancel %s", m.data)
 	}
-	if _, ok := ov.closeMsg("x"); ok {
-		t.Fatal("openvoice has no session.close")
+	if m, ok := ov.closeMsg("x"); !ok || string(m.data) != `{"type":"session.close"}` {
+		t.Fatalf("openvoice close %s", m.data)
 	}
 	if _, err := (&miniCPM{}).speak("x", ""); err == nil {
 		t.Fatal("minicpm speak accepted")

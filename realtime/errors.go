@@ -46,7 +46,8 @@ const (
 	CodeFrameTooLarge   = "frame_too_large"  // a frame over MaxFrameBytes
 	CodeInvalidJSON     = "invalid_json"     // a text frame that is not JSON
 	CodeBadField        = "bad_field"        // a field that cannot be decoded (base64, float32 length, ...)
-	CodeDialectMismatch = "dialect_mismatch" // the server refused our init: probably the other dialect
+	CodeDialectMismatch = "dialect_mismatch" // the server answered in the other dialect
+	CodeInitTimeout     = "init_timeout"     // no session.created within InitTimeout
 	CodeSessionClosed   = "session_closed"   // session.closed from the server (see Reason)
 	CodeClosed          = "closed"           // the session was closed by us
 	CodeWriteFailed     = "write_failed"     // a frame could not be written
@@ -105,7 +106,8 @@ func classifyServerCode(code string) Class {
 // classifyCloseReason maps a session.closed reason to a class.
 func classifyCloseReason(reason string) Class {
 	switch reason {
-	case "timeout", "context_full", "user_stop", "client_closed", "stopped", "server_shutdown", "turn_done":
+	case "timeout", "context_full", "user_stop", "client_closed", "stopped", "server_shutdown", "turn_done",
+		"inactivity_timeout", "client_request", "cancelled": // the last three: OpenVoice
 		return ClassEnded
 	}
 	// backend_error, error and anything unknown: something went wrong server-side; back off.

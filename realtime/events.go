@@ -61,6 +61,12 @@ type Closed struct {
 	Reason     string
 	Diagnostic string
 	Err        *Error
+	// Undelivered lists, oldest first, the IDs of media chunks Send accepted that the peer's TCP
+	// stack had not acknowledged when the session ended (still queued, being written, or written
+	// but unacknowledged): the caller may send them again in its next session. Empty after a
+	// clean Close. The connection is reset rather than closed when it holds such data, so none of
+	// it arrives later.
+	Undelivered []uint64
 }
 
 // Metrics are the server's counters; zero when absent. Unknown keys are ignored.

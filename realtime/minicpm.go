@@ -337,7 +337,7 @@ func (c *miniCPM) otherDialect(event string) *Error {
 		other = DialectCurrent
 	}
 	return &Error{Class: ClassConfig, Code: CodeDialectMismatch, Event: event,
-		Message: fmt.Sprintf("the server speaks the %s dialect (it sent %s), but dialect is set to %s; set dialect: %s",
+		Message: fmt.Sprintf("the server speaks the %s dialect (it sent %s), but dialect is set to %s; set server.dialect: %s",
 			other, event, c.dialect(), other)}
 }
 

@@ -61,7 +61,11 @@ func (o *openVoice) cancelSpeech() (outMsg, error) {
 	return outMsg{data: []byte(`{"type":"tts.cancel"}`)}, nil
 }
 
-func (o *openVoice) closeMsg(string) (outMsg, bool) { return outMsg{}, false }
+// closeMsg: the real server answers session.close with session.closed{reason:"client_request"}
+// (and leaves the socket to us). It takes no reason.
+func (o *openVoice) closeMsg(string) (outMsg, bool) {
+	return outMsg{data: []byte(`{"type":"session.close"}`)}, true
+}
 
 type ovFrame struct {
 	Type        string  `json:"type"`
@@ -70,8 +74,14 @@ type ovFrame struct {
 	Language    string  `json:"language"`
 	Duration    float64 `json:"duration"`
 	Message     string  `json:"message"`
+	Code        string  `json:"code"`
 	Recoverable *bool   `json:"recoverable"`
+	Reason      string  `json:"reason"`
 }
+
+// ovConfigCodes are the unrecoverable error codes that mean the session's settings are wrong
+// (the real server sends them at connect, then closes with 1008).
+var ovConfigCodes = map[string]bool{"model_not_found": true, "invalid_request": true}
 
 func (o *openVoice) decode(binary bool, data []byte, emit func(Event)) {
 	if binary {
@@ -105,16 +115,27 @@ func (o *openVoice) decode(binary bool, data []byte, emit func(Event)) {
 		emit(TTSState{Speaking: true})
 	case "tts.speaking_end":
 		emit(TTSState{Speaking: false})
+	case "session.closed":
+		emit(closedSignal{reason: f.Reason})
 	case "error":
-		e := &Error{Class: ClassProtocol, Code: "openvoice_error", Event: "error",
-			Message: fmt.Sprintf("server error: %s", f.Message)}
-		if f.Recoverable != nil && !*f.Recoverable {
-			e.Class = ClassRetryable
-			e.Message = fmt.Sprintf("server error (not recoverable): %s", f.Message)
-			emit(fatalSignal{e})
-			return
+		code := f.Code
+		if code == "" {
+			code = "openvoice_error"
 		}
-		emit(serverErrSignal{e})
+		e := &Error{Class: ClassProtocol, Code: code, Event: "error",
+			Message: fmt.Sprintf("server error %s: %s", code, f.Message)}
+		switch {
+		case f.Recoverable == nil || *f.Recoverable:
+			emit(serverErrSignal{e}) // the session goes on
+		case ovConfigCodes[code]:
+			e.Class = ClassConfig
+			e.Message = fmt.Sprintf("the server refused the session: %s: %s; check server.model", code, f.Message)
+			emit(fatalSignal{e})
+		default:
+			e.Class = ClassRetryable
+			e.Message = fmt.Sprintf("server error %s (not recoverable): %s", code, f.Message)
+			emit(fatalSignal{e})
+		}
 	default:
 		// Unknown events are ignored.
 	}

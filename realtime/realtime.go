@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -76,7 +77,13 @@ type Config struct {
 	// state it). Default 24000.
 	OpenVoiceTTSRate int
 
-	DialTimeout  time.Duration // TCP + TLS + WebSocket handshake; default 10 s
+	DialTimeout time.Duration // TCP + TLS + WebSocket handshake; default 10 s
+	// InitTimeout bounds the wait for session.created: after session.init (MiniCPM-o; time in the
+	// server's queue before it does not count: that wait is unlimited and reported to OnQueue),
+	// or after connecting (OpenVoice, which greets unasked). Default 20 s.
+	InitTimeout time.Duration
+	// CloseTimeout bounds Close's wait for session.closed before it drops the link. Default 2 s.
+	CloseTimeout time.Duration
 	PingInterval time.Duration // client pings; default 5 s
 	// DeadLinkTimeout is how long the link may stay completely silent (no frame, no pong) before the
 	// session is declared dead. Default 15 s. Must be longer than PingInterval.
@@ -84,13 +91,18 @@ type Config struct {
 	WriteTimeout    time.Duration // one frame's write; default 10 s
 	// MaxFrameBytes bounds one incoming frame; a larger frame ends the session. Default 16 MiB.
 	MaxFrameBytes int64
-	// SendQueue is how many outgoing messages may wait for the writer. Default 8.
+	// SendQueue is how many outgoing messages may wait for the writer. Default 8. Beyond it, the
+	// socket's send buffer is kept to about two media chunks, so that little can sit between Send
+	// and the peer (see Closed.Undelivered).
 	SendQueue int
 	// EventBuffer is the capacity of the Events channel. Default 256. The consumer must keep reading:
 	// a full channel stalls the read loop.
 	EventBuffer int
 
 	Logger *slog.Logger // nil discards
+
+	// netDial replaces the TCP dialer (tests of the session over an in-memory pipe).
+	netDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Init is the session set-up sent once after the queue.
@@ -125,6 +137,8 @@ type QueueStatus struct {
 
 // Chunk is one piece of full-duplex input.
 type Chunk struct {
+	// ID is the caller's id for this chunk, echoed in Closed.Undelivered; 0 = untracked.
+	ID uint64
 	// Audio is 16 kHz mono; at least MinChunkSamples for MiniCPM-o servers.
 	Audio []float32
 	// Frames are JPEG images (mode=video only).
@@ -169,9 +183,12 @@ type Session interface {
 	Stats() Stats
 }
 
-// Stats is a session's traffic: WebSocket message payload bytes each way.
+// Stats is a session's traffic: WebSocket message payload bytes each way, and the media chunks
+// the peer has received.
 type Stats struct {
 	BytesSent, BytesReceived uint64
+	// ChunksDelivered counts media chunks every byte of which the peer has acknowledged.
+	ChunksDelivered uint64
 }
 
 // Dial connects, waits through the server's queue (reporting to cfg.OnQueue), initialises the
@@ -196,6 +213,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 10 * time.Second
+	}
+	if c.InitTimeout == 0 {
+		c.InitTimeout = 20 * time.Second
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = 2 * time.Second
 	}
 	if c.PingInterval == 0 {
 		c.PingInterval = 5 * time.Second
@@ -260,6 +283,14 @@ func (c Config) Validate() error {
 	case "", "high", "normal", "low":
 	default:
 		bad("init.vad_sensitivity: %q is not one of high, normal, low", c.Init.VADSensitivity)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"dial_timeout", c.DialTimeout}, {"init_timeout", c.InitTimeout}, {"close_timeout", c.CloseTimeout}} {
+		if d.v < 0 {
+			bad("%s: %v is negative", d.key, d.v)
+		}
 	}
 	if c.DeadLinkTimeout <= c.PingInterval {
 		bad("dead_link_timeout: %v must be longer than ping_interval %v", c.DeadLinkTimeout, c.PingInterval)

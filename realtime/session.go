@@ -16,13 +16,15 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// closeWait bounds how long Close waits for session.closed before dropping the link.
-const closeWait = 2 * time.Second
-
 // outMsg is one frame for the writer goroutine.
 type outMsg struct {
 	binary bool
 	data   []byte
+	// media marks a chunk from Send (followed until acknowledged); id is the caller's id for it.
+	media bool
+	id    uint64
+	// goodbye is session.close: the one message that goes out once Close has started.
+	goodbye bool
 }
 
 // codec is one dialect: it turns session operations into frames and frames into events.
@@ -62,14 +64,29 @@ type session struct {
 	cfg   Config
 	codec codec
 	conn  *websocket.Conn
-	log   interface {
+	// raw is the TCP connection under TLS and WebSocket, wire counts what is written to it.
+	raw  net.Conn
+	wire *countingConn
+	log  interface {
 		Debug(string, ...any)
 		Warn(string, ...any)
 	}
 
 	info   Info
 	events chan Event
-	sendQ  chan outMsg
+
+	// The outgoing side, guarded by mu: the writer takes messages from queue in order.
+	mu       sync.Mutex
+	queue    []outMsg
+	room     chan struct{} // closed (and replaced) whenever the writer takes a message
+	wake     chan struct{} // capacity 1: the queue has work for the writer
+	closing  bool          // Close has started: nothing but the goodbye goes out any more
+	ended    bool          // the session is over; undelivered is final
+	inflight *outMsg       // the message being written
+	track    deliveryTracker
+	// undelivered: the caller's ids of media chunks the peer never acknowledged (set at the end).
+	undelivered []uint64
+	sendBuffer  int // the socket send buffer asked for so far (writer only)
 
 	done      chan struct{} // closed when the session has ended
 	endOnce   sync.Once
@@ -98,16 +115,32 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 		codec:       newCodec(cfg),
 		log:         cfg.Logger,
 		events:      make(chan Event, cfg.EventBuffer),
-		sendQ:       make(chan outMsg, cfg.SendQueue),
+		room:        make(chan struct{}),
+		wake:        make(chan struct{}, 1),
 		done:        make(chan struct{}),
 		closeCalled: make(chan struct{}),
 		info:        Info{Dialect: cfg.Dialect, Mode: cfg.Mode},
+	}
+	netDial := cfg.netDial
+	if netDial == nil {
+		netDial = (&net.Dialer{}).DialContext
 	}
 	dialer := websocket.Dialer{
 		HandshakeTimeout:  cfg.DialTimeout,
 		TLSClientConfig:   cfg.TLS,
 		Proxy:             http.ProxyFromEnvironment,
 		EnableCompression: false,
+		// The TCP connection itself, under TLS: its send buffer is kept small and the kernel is
+		// asked what of it the peer has acknowledged.
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := netDial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			s.raw, s.wire = c, &countingConn{Conn: c}
+			s.growSendBuffer(minSendBuffer)
+			return s.wire, nil
+		},
 	}
 	header := http.Header{}
 	for k, v := range cfg.Header {
@@ -143,6 +176,10 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 
 	if err := s.setup(ctx); err != nil {
 		s.closeOnce.Do(func() { close(s.closeCalled) }) // nobody will read the events now
+		if err.Class == ClassEnded || err.Class == ClassProtocol {
+			// A session that never started did not end in the normal course: try again later.
+			err.Class = ClassRetryable
+		}
 		s.end(err, "", "")
 		s.wg.Wait()
 		return nil, err
@@ -170,6 +207,7 @@ func handshakeError(cfg Config, resp *http.Response, err error) *Error {
 }
 
 // setup waits through the queue, sends init and waits for session.created (order per dialect).
+// The queue has no deadline (that is how gateways work); the wait for session.created has.
 func (s *session) setup(ctx context.Context) *Error {
 	if !s.codec.queued() {
 		if err := s.awaitCreated(ctx); err != nil {
@@ -178,7 +216,7 @@ func (s *session) setup(ctx context.Context) *Error {
 		return s.sendInit(ctx)
 	}
 	for {
-		ev, err := s.nextSetupEvent(ctx)
+		ev, err := s.nextSetupEvent(ctx, nil)
 		if err != nil {
 			return err
 		}
@@ -215,8 +253,10 @@ func (s *session) sendInit(ctx context.Context) *Error {
 }
 
 func (s *session) awaitCreated(ctx context.Context) *Error {
+	deadline := time.NewTimer(s.cfg.InitTimeout)
+	defer deadline.Stop()
 	for {
-		ev, err := s.nextSetupEvent(ctx)
+		ev, err := s.nextSetupEvent(ctx, deadline.C)
 		if err != nil {
 			return err
 		}
@@ -234,8 +274,9 @@ func (s *session) awaitCreated(ctx context.Context) *Error {
 	}
 }
 
-// nextSetupEvent reads the next event during set-up; the session's end becomes an error.
-func (s *session) nextSetupEvent(ctx context.Context) (Event, *Error) {
+// nextSetupEvent reads the next event during set-up; the session's end, the phase's deadline
+// and ctx become errors.
+func (s *session) nextSetupEvent(ctx context.Context, deadline <-chan time.Time) (Event, *Error) {
 	select {
 	case ev, ok := <-s.events:
 		if !ok {
@@ -248,10 +289,38 @@ func (s *session) nextSetupEvent(ctx context.Context) (Event, *Error) {
 			return nil, s.setupEndError()
 		}
 		return ev, nil
+	case <-deadline:
+		return nil, s.initTimeout(fmt.Sprintf("within %v", s.cfg.InitTimeout))
 	case <-ctx.Done():
+		if deadline != nil {
+			e := s.initTimeout("before the caller gave up")
+			e.Err = ctx.Err()
+			return nil, e
+		}
 		return nil, &Error{Class: ClassRetryable, Code: CodeDial, Err: ctx.Err(),
 			Message: fmt.Sprintf("set up session at %s: %v", s.cfg.redactedEndpoint(), ctx.Err())}
 	}
+}
+
+// initTimeout explains an unanswered init. The likeliest cause is a server of the other dialect
+// (a legacy gateway ignores session.init), but silence is no proof of it: retryable.
+func (s *session) initTimeout(when string) *Error {
+	where := s.cfg.redactedEndpoint()
+	var msg string
+	switch {
+	case s.cfg.Dialect == DialectOpenVoice:
+		msg = fmt.Sprintf("%s: no session.created %s of connecting: is this an OpenVoice server? a MiniCPM-o gateway needs server.dialect: current or legacy", where, when)
+	case s.cfg.Dialect == DialectLegacy:
+		msg = fmt.Sprintf("%s: no answer to session.update %s: is this a current-dialect gateway? set server.dialect: current", where, when)
+	case s.cfg.Mode == ModeChat:
+		msg = fmt.Sprintf("%s: no answer to session.init %s: is this a legacy gateway? a legacy gateway has no chat mode; chat needs a current-dialect server", where, when)
+	default:
+		msg = fmt.Sprintf("%s: no answer to session.init %s: is this a legacy gateway? set server.dialect: legacy", where, when)
+	}
+	if se := s.lastServerErr.Load(); se != nil {
+		msg += fmt.Sprintf(" (the server said: %s)", se.Message)
+	}
+	return &Error{Class: ClassRetryable, Code: CodeInitTimeout, Message: msg}
 }
 
 func (s *session) setupEndError() *Error {
@@ -285,7 +354,10 @@ func (s *session) readLoop() {
 		}
 	}
 	<-s.done
-	s.emit(Closed{Reason: s.endReason, Diagnostic: s.endDiag, Err: s.endErr}, true)
+	s.mu.Lock()
+	undelivered := s.undelivered
+	s.mu.Unlock()
+	s.emit(Closed{Reason: s.endReason, Diagnostic: s.endDiag, Err: s.endErr, Undelivered: undelivered}, true)
 }
 
 // handle routes one decoded event: internal signals act on the session, the rest go to the caller.
@@ -296,7 +368,8 @@ func (s *session) handle(ev Event) {
 		return
 	case serverErrSignal:
 		s.lastServerErr.Store(ev.err)
-		if !s.created.Load() && s.initSent.Load() && ev.err.Class == ClassProtocol {
+		if !s.created.Load() && s.initSent.Load() && ev.err.Code == "unknown_event" {
+			// The server does not know our init's event type: it speaks the other dialect.
 			s.end(s.mismatch(ev.err.Message), "", "")
 			return
 		}
@@ -340,23 +413,22 @@ func (s *session) emit(ev Event, last bool) {
 	}
 }
 
+// writeLoop is the only writer of messages: it sleeps until the queue has work or a ping is due.
 func (s *session) writeLoop() {
 	defer s.wg.Done()
 	ticker := time.NewTicker(s.cfg.PingInterval)
 	defer ticker.Stop()
 	for {
 		select {
-		case m := <-s.sendQ:
-			typ := websocket.TextMessage
-			if m.binary {
-				typ = websocket.BinaryMessage
-			}
-			s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-			s.bytesSent.Add(uint64(len(m.data)))
-			if err := s.conn.WriteMessage(typ, m.data); err != nil {
-				s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
-					Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}, "", "")
-				return
+		case <-s.wake:
+			for {
+				m, ok := s.next()
+				if !ok {
+					break
+				}
+				if !s.write(m) {
+					return
+				}
 			}
 		case <-ticker.C:
 			if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WriteTimeout)); err != nil {
@@ -370,26 +442,115 @@ func (s *session) writeLoop() {
 	}
 }
 
+// next takes the oldest queued message for writing. Once Close has started, media and requests
+// still queued are dropped: only the goodbye goes out.
+func (s *session) next() (outMsg, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) > 0 && !s.ended {
+		m := s.queue[0]
+		s.queue[0] = outMsg{}
+		s.queue = s.queue[1:]
+		close(s.room)
+		s.room = make(chan struct{})
+		if s.closing && !m.goodbye {
+			continue
+		}
+		s.inflight = &m
+		return m, true
+	}
+	return outMsg{}, false
+}
+
+// write writes one message; false when the session is over.
+func (s *session) write(m outMsg) bool {
+	typ := websocket.TextMessage
+	if m.binary {
+		typ = websocket.BinaryMessage
+	}
+	if m.media {
+		s.growSendBuffer(len(m.data))
+	}
+	s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	s.bytesSent.Add(uint64(len(m.data)))
+	if err := s.conn.WriteMessage(typ, m.data); err != nil {
+		s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
+			Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}, "", "")
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight = nil
+	if m.media && !s.ended {
+		s.track.written(m.id, s.wire.written.Load(), time.Now())
+		s.track.settleNow(s.wire, s.raw, s.cfg.DeadLinkTimeout)
+	}
+	return !s.ended
+}
+
+// growSendBuffer keeps the socket's send buffer at about two of the largest media messages (the
+// kernel doubles what is asked), never at the megabytes the kernel would grow it to by itself.
+func (s *session) growSendBuffer(size int) {
+	want := max(size, minSendBuffer)
+	if want <= s.sendBuffer {
+		return
+	}
+	if c, ok := s.raw.(interface{ SetWriteBuffer(int) error }); ok && c.SetWriteBuffer(want) == nil {
+		s.sendBuffer = want
+	}
+}
+
 func (s *session) extendDeadline() {
 	s.conn.SetReadDeadline(time.Now().Add(s.cfg.DeadLinkTimeout))
 }
 
-// end records why the session ended (first call wins), says goodbye on the socket and closes it.
+// end records why the session ended (first call wins) and what the peer never got, says goodbye
+// on the socket and closes it.
 func (s *session) end(err *Error, reason, diag string) {
 	s.endOnce.Do(func() {
 		s.endErr, s.endReason, s.endDiag = err, reason, diag
-		close(s.done)
-		code := websocket.CloseNormalClosure
-		if err != nil && err.Class != ClassEnded {
-			code = websocket.CloseGoingAway
+		s.mu.Lock()
+		unacked, known := s.track.settleNow(s.wire, s.raw, s.cfg.DeadLinkTimeout)
+		if err != nil { // after a clean Close the caller wants nothing back
+			for _, c := range s.track.pending {
+				s.undelivered = appendID(s.undelivered, c.id)
+			}
+			if s.inflight != nil && s.inflight.media {
+				s.undelivered = appendID(s.undelivered, s.inflight.id)
+			}
+			for _, m := range s.queue {
+				if m.media {
+					s.undelivered = appendID(s.undelivered, m.id)
+				}
+			}
 		}
-		_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""),
-			time.Now().Add(200*time.Millisecond))
+		// Bytes the peer has not acknowledged must not arrive after they were reported lost.
+		abort := err != nil && (unacked > 0 || !known && len(s.undelivered) > 0)
+		s.ended, s.queue = true, nil
+		s.mu.Unlock()
+		close(s.done)
+		if tc, ok := s.raw.(*net.TCPConn); ok && abort {
+			_ = tc.SetLinger(0) // close resets the connection and drops what is unsent
+		} else {
+			code := websocket.CloseNormalClosure
+			if err != nil && err.Class != ClassEnded {
+				code = websocket.CloseGoingAway
+			}
+			_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""),
+				time.Now().Add(200*time.Millisecond))
+		}
 		s.conn.Close()
 		if err != nil {
 			s.log.Debug("realtime: session ended", "code", err.Code, "err", err.Error())
 		}
 	})
+}
+
+func appendID(ids []uint64, id uint64) []uint64 {
+	if id == 0 {
+		return ids // untracked
+	}
+	return append(ids, id)
 }
 
 func (s *session) isDone() bool {
@@ -462,12 +623,21 @@ func (s *session) closedError(reason, diag string) *Error {
 		return nil
 	default:
 	}
-	if !s.created.Load() && s.initSent.Load() && (reason == "backend_error" || reason == "error") {
-		msg := fmt.Sprintf("reason %q", reason)
+	if !s.created.Load() {
+		// Before session.created this is no proof of anything but a server-side problem: a
+		// current-dialect worker whose backend is down or busy answers exactly so. Retry later.
+		msg := fmt.Sprintf("%s closed the session before session.created (reason %q", s.cfg.redactedEndpoint(), reason)
 		if diag != "" {
 			msg += ": " + diag
 		}
-		return s.mismatch(msg)
+		msg += ")"
+		if reason == "backend_error" {
+			msg += ": its backend is down or still busy with a previous session; will retry"
+			if s.cfg.Dialect == DialectLegacy && s.initSent.Load() {
+				msg += " (a current-dialect gateway answers a legacy session.update the same way: if this persists, check server.dialect)"
+			}
+		}
+		return &Error{Class: ClassRetryable, Code: CodeSessionClosed, Reason: reason, Message: msg}
 	}
 	e := &Error{Class: classifyCloseReason(reason), Code: CodeSessionClosed, Reason: reason,
 		Message: fmt.Sprintf("server closed the session: %s", reason)}
@@ -484,27 +654,42 @@ func (s *session) mismatch(detail string) *Error {
 		other = DialectCurrent
 	}
 	return &Error{Class: ClassConfig, Code: CodeDialectMismatch,
-		Message: fmt.Sprintf("%s refused the %s-dialect session init (%s); if the server speaks the %s dialect, set dialect: %s",
+		Message: fmt.Sprintf("%s refused the %s-dialect session init (%s): it speaks the %s dialect; set server.dialect: %s",
 			s.cfg.redactedEndpoint(), s.cfg.Dialect, detail, other, other)}
 }
 
-// enqueue hands a frame to the writer, waiting while the queue is full.
+// enqueue hands a message to the writer, waiting while the queue is full. Once Close has
+// started only the goodbye is taken, and it never waits for room.
 func (s *session) enqueue(ctx context.Context, m outMsg) error {
-	if s.isDone() {
-		return s.closedErr()
-	}
-	select {
-	case s.sendQ <- m:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return s.closedErr()
+	for {
+		s.mu.Lock()
+		if s.ended || s.closing && !m.goodbye {
+			s.mu.Unlock()
+			return s.closedErr()
+		}
+		if len(s.queue) < s.cfg.SendQueue || m.goodbye {
+			s.queue = append(s.queue, m)
+			s.mu.Unlock()
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+			return nil
+		}
+		room := s.room
+		s.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return s.closedErr()
+		}
 	}
 }
 
 func (s *session) closedErr() error {
-	if s.endErr != nil {
+	if s.isDone() && s.endErr != nil {
 		return fmt.Errorf("%w: %v", ErrClosed, s.endErr)
 	}
 	return ErrClosed
@@ -521,7 +706,12 @@ func asError(err error, doing string) *Error {
 func (s *session) Info() Info { return s.info }
 
 func (s *session) Stats() Stats {
-	return Stats{BytesSent: s.bytesSent.Load(), BytesReceived: s.bytesRecv.Load()}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.track.settleNow(s.wire, s.raw, s.cfg.DeadLinkTimeout)
+	}
+	return Stats{BytesSent: s.bytesSent.Load(), BytesReceived: s.bytesRecv.Load(), ChunksDelivered: s.track.delivered}
 }
 
 func (s *session) Events() <-chan Event  { return s.events }
@@ -547,6 +737,7 @@ func (s *session) Send(ctx context.Context, c Chunk) error {
 	if err != nil {
 		return err
 	}
+	m.media, m.id = true, c.ID
 	return s.enqueue(ctx, m)
 }
 
@@ -587,9 +778,13 @@ func (s *session) Close(ctx context.Context, reason string) error {
 		reason = "user_stop"
 	}
 	s.closeReason.Store(reason)
-	wait, cancel := context.WithTimeout(ctx, closeWait)
+	s.mu.Lock()
+	s.closing = true // from here on Send and friends fail, and queued media is dropped
+	s.mu.Unlock()
+	wait, cancel := context.WithTimeout(ctx, s.cfg.CloseTimeout)
 	defer cancel()
 	if m, ok := s.codec.closeMsg(reason); ok {
+		m.goodbye = true
 		if err := s.enqueue(wait, m); err == nil {
 			select {
 			case <-s.done:

@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -41,7 +42,21 @@ type Settings struct {
 	DeadLinkTimeout time.Duration `yaml:"dead_link_timeout"`
 	DialTimeout     time.Duration `yaml:"dial_timeout"`
 	MaxFrameBytes   yamlconf.Size `yaml:"max_frame_bytes"`
+
+	// Phase deadlines: session.init → session.created (OpenVoice: connect → session.created),
+	// and session.close → session.closed. Time in the server's queue is not limited.
+	InitTimeout  time.Duration `yaml:"init_timeout"`
+	CloseTimeout time.Duration `yaml:"close_timeout"`
 }
+
+// The ranges of the phase deadlines. session.created follows the worker's prefill of the system
+// prompt and reference voice, seconds on a slow GPU; past a few minutes the wait only holds a
+// gateway's worker for nothing (its session limit is 300 s for video). session.closed follows at
+// once unless the server is stuck; a minute is already far past that.
+const (
+	minInitTimeout, maxInitTimeout   = time.Second, 5 * time.Minute
+	minCloseTimeout, maxCloseTimeout = 100 * time.Millisecond, time.Minute
+)
 
 // Config turns the settings into a connection configuration (without reference voices).
 func (s Settings) Config() Config {
@@ -51,6 +66,7 @@ func (s Settings) Config() Config {
 			VADSensitivity: s.VADSensitivity, Language: s.Language, HotWords: s.HotWords, TTSModel: s.TTSModel},
 		OpenVoiceTTSRate: s.TTSRate, PingInterval: s.PingInterval, DeadLinkTimeout: s.DeadLinkTimeout,
 		DialTimeout: s.DialTimeout, MaxFrameBytes: int64(s.MaxFrameBytes),
+		InitTimeout: s.InitTimeout, CloseTimeout: s.CloseTimeout,
 		// The agent keeps the send queue short: audio waiting here is lost if the link dies.
 		SendQueue: 2,
 	}.withDefaults()
@@ -72,5 +88,24 @@ func (s Settings) Validate() error {
 	if s.Token != "" && s.TokenFile != "" {
 		errs = append(errs, errors.New("server.token_file: set either token or token_file, not both"))
 	}
+	errs = append(errs, s.phaseDeadlineProblems()...)
 	return errors.Join(errs...)
+}
+
+// phaseDeadlineProblems checks the phase deadlines against their ranges (zero takes the default).
+func (s Settings) phaseDeadlineProblems() []error {
+	var errs []error
+	for _, d := range []struct {
+		key      string
+		v        time.Duration
+		min, max time.Duration
+	}{
+		{"init_timeout", s.InitTimeout, minInitTimeout, maxInitTimeout},
+		{"close_timeout", s.CloseTimeout, minCloseTimeout, maxCloseTimeout},
+	} {
+		if d.v > 0 && (d.v < d.min || d.v > d.max) { // negative: Config.Validate says so
+			errs = append(errs, fmt.Errorf("server.%s: %v is outside %v..%v", d.key, d.v, d.min, d.max))
+		}
+	}
+	return errs
 }

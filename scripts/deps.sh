@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# Installs what omnisat needs to build, test and run its demo on Debian / Raspberry Pi OS:
-# the C libraries (PortAudio, OpenCV, speexdsp), the real parts the tests drive (Mosquitto,
-# PulseAudio, espeak-ng, sox, ffmpeg, systemd-analyze), what `make package` needs (mmdebstrap,
-# the arm64 cross compilers, qemu-user, lintian, dpkg-dev) and the Go modules. Installs only
-# what is missing, so a second run is quick. Works as root or through sudo.
+# Installs what omnisat needs on Debian / Raspberry Pi OS, by group, and only what is missing
+# (a second run is quick). Works as root or through sudo.
+#
+#   scripts/deps.sh demo      build the binary and run `make demo`: a C compiler, pkg-config,
+#                             PortAudio, OpenCV, speexdsp, ffmpeg (the demo's test picture), Go modules
+#   scripts/deps.sh package   what `make package` adds: dpkg-dev, mmdebstrap, the arm64 cross
+#                             compilers, qemu-user, lintian
+#   scripts/deps.sh test      everything the tests drive: the demo's and the package's groups, plus
+#                             Mosquitto, PulseAudio, espeak-ng, sox, systemd-analyze
+#   scripts/deps.sh [all]     every group (`make deps`)
 set -euo pipefail
 
-packages=(
-	pkg-config gcc g++
-	portaudio19-dev libopencv-dev libspeexdsp-dev
+demo=(pkg-config gcc g++ portaudio19-dev libopencv-dev libspeexdsp-dev ffmpeg)
+package=(dpkg-dev mmdebstrap gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user-static lintian)
+# The packaging tests build and install the packages, so the tests need the package group too.
+test=("${demo[@]}" "${package[@]}"
 	mosquitto mosquitto-clients
 	pulseaudio pulseaudio-utils libasound2-plugins alsa-utils
-	espeak-ng sox ffmpeg
-	systemd dpkg-dev
-	mmdebstrap gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user-static lintian
-)
+	espeak-ng sox systemd)
+
+group=${1:-all}
+case $group in
+demo) packages=("${demo[@]}") ;;
+package) packages=("${demo[@]}" "${package[@]}") ;;
+test | all) packages=("${test[@]}") ;;
+*)
+	echo "deps: unknown group \"$group\"; want demo, package, test or all" >&2
+	exit 2
+	;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
@@ -33,7 +47,7 @@ if ((${#missing[@]})); then
 		command -v sudo >/dev/null || { echo "deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
 		sudo=(sudo)
 	fi
-	echo "deps: installing ${missing[*]}"
+	echo "deps ($group): installing ${missing[*]}"
 	"${sudo[@]}" apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

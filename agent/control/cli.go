@@ -15,7 +15,7 @@ import (
 const DefaultSocket = "/var/lib/omnisat/control.sock"
 
 // Usage lists the commands the CLI takes.
-const Usage = `status | start | stop | restart | interrupt | mute on|off | camera on|off | volume 0..100 | say TEXT | ask [--snapshot] TEXT`
+const Usage = `status | start | stop | restart | interrupt | mute on|off | camera on|off | volume 0..100 | settings reset | say [--voice V] TEXT | ask [--snapshot] [--max-new-tokens N] [--thinking] TEXT`
 
 // CLI is the command-line client (`omnisat ctl`, and the light `omnisat-ctl`, which starts in
 // milliseconds because it links no OpenCV). Exit codes: 0 ok, 1 failure, 2 usage, 3 config.
@@ -41,6 +41,9 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 		path = fs.String("c", "", "configuration file to take the socket path from")
 	}
 	snapshot := fs.Bool("snapshot", false, "ask: attach the newest camera frame")
+	maxTokens := fs.Int("max-new-tokens", 0, "say, ask: bound the reply's length (0: the server's default)")
+	thinking := fs.Bool("thinking", false, "say, ask: let the model think first")
+	voice := fs.String("voice", "", "say: the voice (OpenVoice voice id, or a reference voice name; default: server.tts_ref_audio)")
 	timeout := fs.Duration("timeout", answerTimeout+5*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -73,14 +76,35 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 			return fail(2, "volume takes a number 0..100")
 		}
 		req.Arg = rest[0]
-	case "say", "ask":
-		if len(rest) > 0 && rest[0] == "--snapshot" {
-			*snapshot, rest = true, rest[1:]
+	case "settings":
+		if len(rest) != 1 || rest[0] != "reset" {
+			return fail(2, "settings takes reset (back to the configuration's mute, camera, volume, instructions, session)")
 		}
-		req.Text = strings.TrimSpace(strings.Join(rest, " "))
-		req.Snapshot = *snapshot
+		req.Arg = rest[0]
+	case "say", "ask":
+		// Flags may also follow the command: ctl ask --snapshot --max-new-tokens 64 what is this?
+		sub := flag.NewFlagSet(c.Name+" "+req.Cmd, flag.ContinueOnError)
+		sub.SetOutput(c.Stderr)
+		sub.BoolVar(snapshot, "snapshot", *snapshot, "attach the newest camera frame (ask)")
+		sub.IntVar(maxTokens, "max-new-tokens", *maxTokens, "bound the reply's length")
+		sub.BoolVar(thinking, "thinking", *thinking, "let the model think first")
+		sub.StringVar(voice, "voice", *voice, "the voice (say)")
+		if err := sub.Parse(rest); err != nil {
+			return 2
+		}
+		req.Text = strings.TrimSpace(strings.Join(sub.Args(), " "))
+		req.Snapshot, req.MaxNewTokens, req.Thinking, req.Voice = *snapshot, *maxTokens, *thinking, *voice
 		if req.Text == "" {
 			return fail(2, "%s needs text", req.Cmd)
+		}
+		if req.MaxNewTokens < 0 || req.MaxNewTokens > maxNewTokens {
+			return fail(2, "--max-new-tokens %d is outside 1..%d", req.MaxNewTokens, maxNewTokens)
+		}
+		if req.Cmd == "ask" && req.Voice != "" {
+			return fail(2, "ask answers in text: --voice applies to say")
+		}
+		if req.Cmd == "say" && req.Snapshot {
+			return fail(2, "say takes no --snapshot")
 		}
 	default:
 		return fail(2, "unknown command %q; want %s", req.Cmd, Usage)

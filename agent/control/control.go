@@ -7,8 +7,11 @@
 //	{"cmd":"mute","arg":"on"}                → {"ok":true,"status":{...}}
 //	{"cmd":"say","text":"hello"}             → {"ok":true,"answer":{"id":"...","text":"hello"}}
 //	{"cmd":"ask","text":"...","snapshot":true} → {"ok":true,"answer":{...}} (waits for the answer)
+//	{"cmd":"say","text":"hi","voice":"anna","max_new_tokens":64,"thinking":false}
+//	{"cmd":"settings","arg":"reset"}         → {"ok":true,"status":{...}}
 //
-// Commands: status, start, stop, restart, interrupt, mute on|off, camera on|off, volume N, say, ask.
+// Commands: status, start, stop, restart, interrupt, mute on|off, camera on|off, volume N, say,
+// ask, settings reset.
 package control
 
 import (
@@ -35,6 +38,10 @@ type Request struct {
 	Arg      string `json:"arg,omitempty"`
 	Text     string `json:"text,omitempty"`
 	Snapshot bool   `json:"snapshot,omitempty"`
+	// Chat options of say and ask (zero: the server's defaults; no voice: the configured one).
+	MaxNewTokens int    `json:"max_new_tokens,omitempty"`
+	Thinking     bool   `json:"thinking,omitempty"`
+	Voice        string `json:"voice,omitempty"`
 }
 
 // Response is the answer to one command.
@@ -50,6 +57,9 @@ const maxRequest = 64 << 10
 
 // answerTimeout bounds how long ask and say wait for their answer.
 const answerTimeout = 2 * time.Minute
+
+// maxNewTokens bounds a request's max_new_tokens (MiniCPM-o's context is 8192 tokens).
+const maxNewTokens = 8192
 
 // Server serves one agent on a unix socket.
 type Server struct {
@@ -177,15 +187,23 @@ func (s *Server) Do(ctx context.Context, req Request) Response {
 		if err := sup.SetVolume(v); err != nil {
 			return Response{Error: err.Error()}
 		}
+	case "settings":
+		if req.Arg != "reset" {
+			return Response{Error: fmt.Sprintf("settings: %q is not reset", req.Arg)}
+		}
+		sup.ResetSettings()
 	case "say", "ask":
 		if req.Text == "" {
 			return Response{Error: req.Cmd + ": no text"}
+		}
+		if req.MaxNewTokens < 0 || req.MaxNewTokens > maxNewTokens {
+			return Response{Error: fmt.Sprintf("%s: max_new_tokens %d is outside 1..%d", req.Cmd, req.MaxNewTokens, maxNewTokens)}
 		}
 		return s.await(ctx, req)
 	case "":
 		return Response{Error: "no cmd in request"}
 	default:
-		return Response{Error: fmt.Sprintf("unknown command %q (want status, start, stop, restart, interrupt, mute, camera, volume, say, ask)", req.Cmd)}
+		return Response{Error: fmt.Sprintf("unknown command %q (want status, start, stop, restart, interrupt, mute, camera, volume, settings, say, ask)", req.Cmd)}
 	}
 	// Give the agent's loop a moment so the status shows the command's effect.
 	time.Sleep(50 * time.Millisecond)
@@ -197,10 +215,11 @@ func (s *Server) await(ctx context.Context, req Request) Response {
 	id := "ctl-" + strconv.FormatUint(s.ids.Add(1), 10)
 	events, cancel := s.sup.Subscribe(1024)
 	defer cancel()
+	o := agent.TurnOptions{Snapshot: req.Snapshot, MaxNewTokens: req.MaxNewTokens, Thinking: req.Thinking, Voice: req.Voice}
 	if req.Cmd == "say" {
-		s.sup.Say(id, req.Text)
+		s.sup.Say(id, req.Text, o)
 	} else {
-		s.sup.Ask(id, req.Text, req.Snapshot)
+		s.sup.Ask(id, req.Text, o)
 	}
 	timeout := time.NewTimer(answerTimeout)
 	defer timeout.Stop()

@@ -58,6 +58,18 @@ func TestCommands(t *testing.T) {
 	if err != nil || !resp.OK || !resp.Status.Muted {
 		t.Fatalf("mute: %v %+v", err, resp)
 	}
+	// A speaker without a volume control (a file, none) still shows the volume set.
+	resp, err = Call(ctx, path, Request{Cmd: "volume", Arg: "37"})
+	if err != nil || !resp.OK || resp.Status.Volume != 37 || resp.Status.PlaybackUnderruns != nil {
+		t.Fatalf("volume 37 without a volume control: %v %+v", err, resp)
+	}
+	if b, _ := json.Marshal(resp.Status); strings.Contains(string(b), ":-1") {
+		t.Fatalf("status JSON holds a -1 sentinel: %s", b)
+	}
+	resp, err = Call(ctx, path, Request{Cmd: "settings", Arg: "reset"})
+	if err != nil || !resp.OK || resp.Status.Muted || resp.Status.Volume != 100 || len(resp.Status.Overrides) != 0 {
+		t.Fatalf("settings reset: %v %+v", err, resp)
+	}
 	for _, tt := range []struct {
 		req  Request
 		want string
@@ -67,7 +79,9 @@ func TestCommands(t *testing.T) {
 		{Request{Cmd: "mute", Arg: "loud"}, `"loud" is not on or off`},
 		{Request{Cmd: "say"}, "say: no text"},
 		{Request{Cmd: "volume", Arg: "loud"}, "not a number"},
-		{Request{Cmd: "volume", Arg: "50"}, "no volume control"},
+		{Request{Cmd: "volume", Arg: "150"}, "outside 0..100"},
+		{Request{Cmd: "settings", Arg: "forget"}, `"forget" is not reset`},
+		{Request{Cmd: "say", Text: "hi", MaxNewTokens: -1}, "max_new_tokens -1"},
 		{Request{Cmd: "ask", Text: "what?", Snapshot: true}, "no camera"},
 	} {
 		resp, err := Call(ctx, path, tt.req)

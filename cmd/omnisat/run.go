@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -175,7 +176,9 @@ func startInstance(parent context.Context, cfg *fileConfig, env *cliEnv, log *sl
 	}
 	in.parts = parts
 	sup, err := agent.New(agent.Options{Config: cfg.Session, Server: parts.server, ChatServer: parts.chat,
-		Audio: parts.audio, Frames: parts.frames, Speaker: parts.speaker, Logger: log.With("component", "agent")})
+		Audio: parts.audio, Frames: parts.frames, Speaker: parts.speaker, Logger: log.With("component", "agent"),
+		Volume: cfg.Audio.Volume, SettingsFile: filepath.Join(cfg.StateDir, settingsFile),
+		Voices: voicesIn(filepath.Join(cfg.StateDir, voicesDir))})
 	if err != nil {
 		cancel()
 		parts.close()
@@ -257,14 +260,15 @@ func (in *instance) apply(ctx context.Context, p reloadPlan, next *fileConfig, l
 	old := in.cfg
 	in.cfg = next
 	level.Set(logLevel(next.Log.Level))
-	if *next.Audio.Volume != *old.Audio.Volume {
-		if err := in.sup.SetVolume(*next.Audio.Volume); err != nil {
-			in.log.Warn("config: volume not changed", "err", err)
+	if *next.Audio.Volume != *old.Audio.Volume || next.Server.Instructions != old.Server.Instructions {
+		// The file's new values apply, and replace what a command had set for them.
+		d := in.sup.Defaults()
+		d.Volume, d.Instructions = *next.Audio.Volume, next.Server.Instructions
+		in.sup.SetDefaults(d)
+		if next.Server.Instructions != old.Server.Instructions && !in.sup.Status().Held {
+			// The prompt is part of a session's set-up: a new session carries it.
+			in.sup.Restart()
 		}
-	}
-	if next.Server.Instructions != old.Server.Instructions {
-		// The prompt is part of a session's set-up: a new session carries it.
-		in.sup.SetInstructions(next.Server.Instructions, true)
 	}
 	if p.restartMQTT {
 		in.stopBridge()
@@ -361,6 +365,36 @@ func buildParts(ctx context.Context, cfg *fileConfig, report *deviceReporter, lo
 	desc = append(desc, camDesc)
 	p.describe = strings.Join(desc, ", ")
 	return p, nil
+}
+
+// settingsFile (in the state directory) keeps the settings commands change across restarts.
+const settingsFile = "settings.json"
+
+// voicesDir (in the state directory) holds the named reference voices of say --voice NAME
+// (MiniCPM-o): NAME.wav.
+const voicesDir = "voices"
+
+// voicesIn resolves a voice name to <dir>/<name>.wav, read as 16 kHz mono. Names are plain
+// ([A-Za-z0-9_-]), so a command can read nothing outside dir.
+func voicesIn(dir string) func(string) ([]float32, error) {
+	return func(name string) ([]float32, error) {
+		if !validVoiceName(name) {
+			return nil, fmt.Errorf("%q is not a voice name (letters, digits, _ and -, at most 64)", name)
+		}
+		return readVoice(filepath.Join(dir, name+".wav"))
+	}
+}
+
+func validVoiceName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // readVoice reads a reference voice WAV as 16 kHz mono.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/omnisat/omnisat/realtime/realtimetest"
 )
@@ -23,8 +24,10 @@ func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
 	fs.DurationVar(&o.StepDelay, "step-delay", 0, "simulated model time per step (a slow GPU takes ~1s per 1s chunk)")
 	fs.BoolVar(&o.ChatDisabled, "chat-disabled", false, "refuse mode=chat with close 1008")
 	fs.IntVar(&o.OpenVoiceTTSRate, "tts-rate", 0, "OpenVoice TTS audio sample rate (default 24000)")
+	models := fs.String("models", "", "OpenVoice: comma-separated STT models the server knows; any other is refused with model_not_found (default: any)")
+	fs.BoolVar(&o.LateQueueLeave, "late-queue-leave", false, "notice a queued client's disconnect only at its next queue update, as the real gateway does; a worker handed to a gone client is lost (jammed)")
 	var faults stringList
-	fs.Var(&faults, "fault", "arm a fault (repeatable): drop, stall, invalid-json, oversize, bad-delta, close, refuse; options after ':' e.g. close:reason=timeout,after=3 or refuse:count=2,code=queue_full")
+	fs.Var(&faults, "fault", "arm a fault (repeatable): drop, stall, invalid-json, oversize, bad-delta, close, refuse, backend-error, stall-init; options after ':' e.g. close:reason=timeout,delay=100ms, close:keep-open=true, refuse:count=2,code=queue_full, backend-error:count=3")
 	verbose := fs.Bool("v", false, "log every connection and protocol violation")
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -34,6 +37,11 @@ func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
 		return exitUsage
 	}
 	o.Dialect = realtimetest.Dialect(*dialect)
+	for _, m := range strings.Split(*models, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			o.Models = append(o.Models, m)
+		}
+	}
 	for _, spec := range faults {
 		f, err := realtimetest.ParseFault(spec)
 		if err != nil {

@@ -1,11 +1,14 @@
 // Package faultproxy is a TCP proxy for tests that breaks links on demand: cut every connection,
 // black-hole them (stop forwarding while keeping them open), refuse new ones, or delay traffic.
 // It listens on loopback only.
+//
+// A stall is a black hole as a dead network path is one: the proxy stops reading, and its small
+// receive buffers fill at once, so the sender's bytes stay unacknowledged in the sender's own
+// socket. What the proxy had already acknowledged before it stopped is forwarded after Resume,
+// even if the sender has meanwhile reset the connection: acknowledged bytes are never lost.
 package faultproxy
 
 import (
-	"errors"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -27,7 +30,15 @@ type Proxy struct {
 	accepts int
 }
 
-type pair struct{ client, server net.Conn }
+// readBuffer is the proxy's socket receive buffer: small, so that a stall acknowledges little,
+// and not under the loopback MSS (64 KiB), below which the window reopens only by probes.
+const readBuffer = 64 << 10
+
+type pair struct {
+	client, server net.Conn
+	running        int           // directions still forwarding
+	gone           chan struct{} // closed when the pair is torn down
+}
 
 // New starts a proxy on a free loopback port forwarding to target (host:port).
 func New(target string) (*Proxy, error) {
@@ -71,7 +82,12 @@ func (p *Proxy) accept() {
 			c.Close()
 			continue
 		}
-		pr := &pair{client: c, server: s}
+		for _, conn := range []net.Conn{c, s} {
+			if tc, ok := conn.(*net.TCPConn); ok {
+				_ = tc.SetReadBuffer(readBuffer)
+			}
+		}
+		pr := &pair{client: c, server: s, running: 2, gone: make(chan struct{})}
 		p.mu.Lock()
 		p.conns[pr] = struct{}{}
 		p.accepts++
@@ -82,17 +98,24 @@ func (p *Proxy) accept() {
 	}
 }
 
+// pipe forwards one direction until its source ends, then half-closes the destination: what was
+// read is always delivered, and the other direction goes on until it ends too.
 func (p *Proxy) pipe(pr *pair, from, to net.Conn) {
 	defer p.wg.Done()
-	defer p.drop(pr)
+	defer p.halfDone(pr, to)
 	buf := make([]byte, 32<<10)
 	for {
+		if !p.flowing(pr) { // a stalled link reads nothing more
+			return
+		}
 		n, err := from.Read(buf)
 		if n > 0 {
+			if !p.flowing(pr) { // a stall that began during the read holds these bytes
+				return
+			}
 			p.mu.Lock()
-			resume, delay := p.resume, p.delay
+			delay := p.delay
 			p.mu.Unlock()
-			<-resume // a stall holds the bytes (and everything after them)
 			if delay > 0 {
 				time.Sleep(delay)
 			}
@@ -101,18 +124,48 @@ func (p *Proxy) pipe(pr *pair, from, to net.Conn) {
 			}
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				return
-			}
-			return
+			return // io.EOF, a reset, or a Cut
 		}
+	}
+}
+
+// flowing waits while the proxy is stalled; false when the pair was torn down meanwhile.
+func (p *Proxy) flowing(pr *pair) bool {
+	p.mu.Lock()
+	resume := p.resume
+	p.mu.Unlock()
+	select {
+	case <-resume:
+		return true
+	case <-pr.gone:
+		return false
+	}
+}
+
+// halfDone ends one direction: the destination sees the end of the stream after everything
+// forwarded. The pair is closed once both directions have ended.
+func (p *Proxy) halfDone(pr *pair, to net.Conn) {
+	if tc, ok := to.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	p.mu.Lock()
+	pr.running--
+	last := pr.running == 0
+	p.mu.Unlock()
+	if last {
+		p.drop(pr)
 	}
 }
 
 func (p *Proxy) drop(pr *pair) {
 	p.mu.Lock()
+	_, live := p.conns[pr]
 	delete(p.conns, pr)
 	p.mu.Unlock()
+	if !live {
+		return
+	}
+	close(pr.gone)
 	pr.client.Close()
 	pr.server.Close()
 }

@@ -133,13 +133,19 @@ func messageType(data []byte) (obj, string, error) {
 	}
 	t, ok, err := o.str("type", "message")
 	if err != nil {
-		return nil, "", err
+		return nil, "", &unknownEventError{err.Error()}
 	}
 	if !ok || t == "" {
-		return nil, "", errors.New("message has no type")
+		return nil, "", &unknownEventError{"message has no type"}
 	}
 	return o, t, nil
 }
+
+// unknownEventError is a message whose type the server does not know (or cannot read). The
+// current gateway refuses it; the legacy gateway ignores it.
+type unknownEventError struct{ msg string }
+
+func (e *unknownEventError) Error() string { return e.msg }
 
 // peekType returns the type of a client text frame for the record, never failing.
 func peekType(data []byte) string {
@@ -244,16 +250,18 @@ func decodeLegacy(data []byte, mode string) (clientMsg, error) {
 }
 
 func unknownEvent(typ string, d Dialect) error {
+	var msg string
 	switch {
 	case d == Current && legacyEvents[typ]:
-		return fmt.Errorf("unknown event type %q: that is a legacy-dialect event; this server speaks the current dialect (session.init, input.append, session.close)", typ)
+		msg = fmt.Sprintf("unknown event type %q: that is a legacy-dialect event; this server speaks the current dialect (session.init, input.append, session.close)", typ)
 	case d == Legacy && currentEvents[typ]:
-		return fmt.Errorf("unknown event type %q: that is a current-dialect event; this server speaks the legacy dialect (session.update, input_audio_buffer.append, session.close)", typ)
+		msg = fmt.Sprintf("unknown event type %q: that is a current-dialect event; this server speaks the legacy dialect (session.update, input_audio_buffer.append, session.close)", typ)
 	case d == Current:
-		return fmt.Errorf("unknown event type %q (the current dialect accepts session.init, input.append, session.close)", typ)
+		msg = fmt.Sprintf("unknown event type %q (the current dialect accepts session.init, input.append, session.close)", typ)
 	default:
-		return fmt.Errorf("unknown event type %q (the legacy dialect accepts session.update, input_audio_buffer.append, session.close)", typ)
+		msg = fmt.Sprintf("unknown event type %q (the legacy dialect accepts session.update, input_audio_buffer.append, session.close)", typ)
 	}
+	return &unknownEventError{msg}
 }
 
 func decodeCurrentInit(o obj) (*initMsg, error) {
@@ -598,9 +606,9 @@ func decodeOpenVoice(data []byte) (ovMsg, error) {
 		if m.Voice, _, err = o.str("voice", typ); err != nil {
 			return m, fatal(err)
 		}
-	case evTTSCancel:
+	case evTTSCancel, evSessionClose:
 	default:
-		return m, fatal(fmt.Errorf("unknown event type %q (OpenVoice accepts session.configure, tts.speak, tts.cancel and binary PCM16 audio)", typ))
+		return m, fatal(fmt.Errorf("unknown event type %q (OpenVoice accepts session.configure, tts.speak, tts.cancel, session.close and binary PCM16 audio)", typ))
 	}
 	return m, nil
 }

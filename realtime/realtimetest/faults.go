@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // FaultKind names a misbehaviour the simulator can inject.
@@ -18,12 +19,24 @@ const (
 	FaultBadDelta    FaultKind = "bad-delta"    // send an audio delta whose base64 is garbage, then carry on
 	FaultClose       FaultKind = "close"        // send session.closed{reason: Reason} early
 	FaultRefuse      FaultKind = "refuse"       // at connect: error{code: Code} then close 1013
+	// FaultBackendError answers the init with session.closed{session_id:null, reason:"backend_error"}
+	// before session.created, as a current-dialect worker does whose backend is down or still busy.
+	FaultBackendError FaultKind = "backend-error"
+	// FaultStallInit answers nothing after session.queue_done (OpenVoice: never greets), only
+	// WebSocket pings, until the session limit: a live gateway that ignores the client's init.
+	FaultStallInit FaultKind = "stall-init"
 )
 
 // DefaultOversize is the size of the FaultOversize frame when Fault.Size is 0.
 const DefaultOversize = 20 << 20
 
-var faultKinds = []FaultKind{FaultDrop, FaultStall, FaultInvalidJSON, FaultOversize, FaultBadDelta, FaultClose, FaultRefuse}
+var faultKinds = []FaultKind{FaultDrop, FaultStall, FaultInvalidJSON, FaultOversize, FaultBadDelta, FaultClose, FaultRefuse,
+	FaultBackendError, FaultStallInit}
+
+// atConnect reports whether the fault acts before session.created (not counted in chunks).
+func (k FaultKind) atConnect() bool {
+	return k == FaultRefuse || k == FaultBackendError || k == FaultStallInit
+}
 
 // Fault is one armed misbehaviour.
 type Fault struct {
@@ -33,6 +46,12 @@ type Fault struct {
 	Code         string // FaultRefuse: error code (default "worker_busy")
 	Size         int    // FaultOversize: frame size in bytes (default DefaultOversize)
 	Count        int    // how many sessions (connections for refuse) it fires on; 0 = every one
+	// Delay: the fault fires this long after it is due (after=0: after session.created), e.g. a
+	// server that ends every session 0.1 s after creating it. Not for the at-connect kinds.
+	Delay time.Duration
+	// KeepOpen (close): after session.closed the server leaves the socket open, as OpenVoice does
+	// (and the legacy gateway after context_full): the client must close it.
+	KeepOpen bool
 }
 
 // String returns the CLI form of f, which ParseFault accepts.
@@ -53,6 +72,12 @@ func (f Fault) String() string {
 	if f.Count != 0 {
 		kv = append(kv, "count="+strconv.Itoa(f.Count))
 	}
+	if f.Delay != 0 {
+		kv = append(kv, "delay="+f.Delay.String())
+	}
+	if f.KeepOpen {
+		kv = append(kv, "keep-open=true")
+	}
 	if len(kv) == 0 {
 		return string(f.Kind)
 	}
@@ -70,8 +95,14 @@ func (f Fault) Validate() error {
 	if !known {
 		return fmt.Errorf("fault kind %q is unknown (want one of %s)", f.Kind, kindList())
 	}
-	if f.AfterAppends < 0 || f.Count < 0 || f.Size < 0 {
-		return fmt.Errorf("fault %q: after, count and size must not be negative", f.Kind)
+	if f.AfterAppends < 0 || f.Count < 0 || f.Size < 0 || f.Delay < 0 {
+		return fmt.Errorf("fault %q: after, count, size and delay must not be negative", f.Kind)
+	}
+	if f.Kind.atConnect() && (f.AfterAppends != 0 || f.Delay != 0) {
+		return fmt.Errorf("fault %q: acts at connect; after and delay do not apply", f.Kind)
+	}
+	if f.KeepOpen && f.Kind != FaultClose {
+		return fmt.Errorf("fault %q: keep-open applies only to close", f.Kind)
 	}
 	if f.Reason != "" && f.Kind != FaultClose {
 		return fmt.Errorf("fault %q: reason applies only to close", f.Kind)
@@ -81,6 +112,17 @@ func (f Fault) Validate() error {
 	}
 	if f.Size != 0 && f.Kind != FaultOversize {
 		return fmt.Errorf("fault %q: size applies only to oversize", f.Kind)
+	}
+	return nil
+}
+
+// validFor checks f and that a server of dialect d can play it.
+func (f Fault) validFor(d Dialect) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if f.Kind == FaultBackendError && d != Current {
+		return fmt.Errorf("fault %q: only current-dialect chains answer an init with backend_error", f.Kind)
 	}
 	return nil
 }
@@ -95,8 +137,9 @@ func kindList() string {
 
 // ParseFault parses the CLI form of a fault: KIND[:KEY=VALUE[,KEY=VALUE...]], for example
 // "drop", "stall:after=3", "close:reason=timeout,after=2", "refuse:count=2,code=queue_full",
-// "oversize:size=20000000". Keys: after, count (non-negative integers), reason (close),
-// code (refuse), size (oversize, bytes).
+// "oversize:size=20000000", "close:reason=timeout,delay=100ms", "close:keep-open=true",
+// "backend-error:count=3". Keys: after, count (non-negative integers), reason (close), code
+// (refuse), size (oversize, bytes), delay (a duration), keep-open (close; true or false).
 func ParseFault(s string) (Fault, error) {
 	s = strings.TrimSpace(s)
 	kind, rest, hasArgs := strings.Cut(s, ":")
@@ -133,6 +176,18 @@ func ParseFault(s string) (Fault, error) {
 				default:
 					f.Size = n
 				}
+			case "delay":
+				d, err := time.ParseDuration(val)
+				if err != nil || d < 0 {
+					return Fault{}, fmt.Errorf("parse fault %q: delay=%q is not a non-negative duration", s, val)
+				}
+				f.Delay = d
+			case "keep-open":
+				b, err := strconv.ParseBool(val)
+				if err != nil {
+					return Fault{}, fmt.Errorf("parse fault %q: keep-open=%q is not true or false", s, val)
+				}
+				f.KeepOpen = b
 			case "reason":
 				if val == "" {
 					return Fault{}, fmt.Errorf("parse fault %q: empty reason", s)
@@ -144,7 +199,7 @@ func ParseFault(s string) (Fault, error) {
 				}
 				f.Code = val
 			default:
-				return Fault{}, fmt.Errorf("parse fault %q: unknown key %q (want after, count, reason, code or size)", s, key)
+				return Fault{}, fmt.Errorf("parse fault %q: unknown key %q (want after, count, reason, code, size, delay or keep-open)", s, key)
 			}
 		}
 	}

@@ -36,6 +36,17 @@ func TestParseFault(t *testing.T) {
 		{in: "close:code=x", wantErr: "code applies only to refuse"},
 		{in: "stall:size=5", wantErr: "size applies only to oversize"},
 		{in: "close:reason=", wantErr: "empty reason"},
+		{in: "close:reason=timeout,delay=100ms", want: Fault{Kind: FaultClose, Reason: "timeout", Delay: 100 * time.Millisecond}},
+		{in: "close:keep-open=true,after=2", want: Fault{Kind: FaultClose, KeepOpen: true, AfterAppends: 2}},
+		{in: "backend-error:count=3", want: Fault{Kind: FaultBackendError, Count: 3}},
+		{in: "stall-init", want: Fault{Kind: FaultStallInit}},
+		{in: "drop:delay=1s,after=1", want: Fault{Kind: FaultDrop, Delay: time.Second, AfterAppends: 1}},
+		{in: "close:delay=soon", wantErr: `delay="soon" is not a non-negative duration`},
+		{in: "close:delay=-1s", wantErr: "not a non-negative duration"},
+		{in: "close:keep-open=maybe", wantErr: "is not true or false"},
+		{in: "drop:keep-open=true", wantErr: "keep-open applies only to close"},
+		{in: "backend-error:after=1", wantErr: "acts at connect"},
+		{in: "stall-init:delay=1s", wantErr: "acts at connect"},
 	}
 	for _, tt := range tests {
 		got, err := ParseFault(tt.in)
@@ -321,12 +332,15 @@ func TestFaultOpenVoice(t *testing.T) {
 		}
 	})
 	t.Run("close", func(t *testing.T) {
-		_, c := dialOV(t, Options{Faults: []Fault{{Kind: FaultClose, Reason: "worker_lost"}}})
-		if m := c.expect("error"); m.M["recoverable"] != false || !strings.Contains(m.str("message"), "worker_lost") {
-			t.Errorf("error %s", m.Raw)
+		// As the real server: session.closed, and the socket is left to the client.
+		s, c := dialOV(t, Options{Faults: []Fault{{Kind: FaultClose, Reason: "worker_lost"}}})
+		if m := c.expect("session.closed"); m.str("reason") != "worker_lost" {
+			t.Errorf("closed %s", m.Raw)
 		}
-		if code, _ := c.closeCode(); code != websocket.CloseInternalServerErr {
-			t.Errorf("close %d, want 1011", code)
+		c.pingSilent()
+		c.ws.Close()
+		if r := waitEnded(t, s, 0); r.EndReason != "fault: close" {
+			t.Errorf("EndReason %q", r.EndReason)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +31,9 @@ type ovState struct {
 	tts      [][]byte // TTS frames still to send
 	ttsOn    bool
 	ttsTimer *time.Timer
+
+	started  time.Time // session.created
+	segments int       // transcript.final events sent
 }
 
 // vadProfile maps session.configure vad.sensitivity to a threshold and end-of-speech silence.
@@ -60,10 +64,22 @@ func (s *session) ovStart() bool {
 	if s.model == "" {
 		msg := "missing required query parameter model (e.g. ?model=faster-whisper-large-v3)"
 		s.reject(msg)
-		s.sendJSON(map[string]any{"type": "error", "message": msg, "recoverable": false})
+		s.sendJSON(map[string]any{"type": "error", "code": "invalid_request", "message": msg, "recoverable": false})
 		s.closeWith(websocket.ClosePolicyViolation, "missing model query parameter")
 		s.end("refused: missing model query parameter")
 		return false
+	}
+	if known := s.srv.opts.Models; len(known) > 0 && !slices.Contains(known, s.model) {
+		// A configuration error, not a protocol violation: not recorded in Rejections.
+		s.sendJSON(map[string]any{"type": "error", "code": "model_not_found",
+			"message": fmt.Sprintf("Model '%s' not found in registry", s.model), "recoverable": false})
+		s.closeWith(websocket.ClosePolicyViolation, "Model not found: "+s.model)
+		s.end("refused: model_not_found")
+		return false
+	}
+	if f := s.srv.claimAtConnect(FaultStallInit); f != nil {
+		s.stallInit() // accepted, never greeted
+		return true
 	}
 	s.sid = randomHex(32)
 	now := time.Now()
@@ -72,9 +88,16 @@ func (s *session) ovStart() bool {
 		s.rec.ID = s.sid
 		s.rec.CreatedAt = now
 	})
-	s.sendJSON(map[string]any{"type": "session.created", "session_id": s.sid})
+	s.ov.started = now
+	s.sendJSON(map[string]any{"type": "session.created", "session_id": s.sid, "model": s.model})
 	s.checkFaults()
 	return true
+}
+
+// ovSendClosed sends OpenVoice's session.closed. The real server then leaves the socket open.
+func (s *session) ovSendClosed(reason string) {
+	s.sendJSON(map[string]any{"type": "session.closed", "reason": reason,
+		"total_duration_ms": time.Since(s.ov.started).Milliseconds(), "segments_transcribed": s.ov.segments})
 }
 
 func (s *session) ovHandle(f inFrame) {
@@ -118,6 +141,15 @@ func (s *session) ovHandle(f inFrame) {
 		s.ovSpeak(m.Text)
 	case evTTSCancel:
 		s.ovCancel()
+	case evSessionClose:
+		if s.state == stClosedOpen {
+			return // the real server has stopped reading
+		}
+		s.ovCancel()
+		s.ovSendClosed("client_request")
+		s.clientClosed = true
+		s.closedOpen("client_request")
+		s.end("client_request")
 	}
 }
 
@@ -172,6 +204,7 @@ func (s *session) ovVAD(samples []float32) {
 			dur := math.Round(o.seconds(o.speechEnd-o.speechStart)*10) / 10
 			s.sendJSON(map[string]any{"type": "transcript.final", "text": fmt.Sprintf("heard %.1f seconds of speech", dur),
 				"language": o.language, "duration": dur})
+			o.segments++
 			s.sendJSON(map[string]any{"type": "vad.speech_end", "timestamp": o.seconds(o.speechEnd)})
 			o.inSpeech = false
 			o.silenceRun = 0

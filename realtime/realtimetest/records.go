@@ -20,6 +20,10 @@ type SessionRecord struct {
 	AssignedAt  time.Time // worker assigned (session.queue_done sent); zero if never
 	CreatedAt   time.Time // session.created sent; zero if never
 	EndedAt     time.Time // connection torn down; zero while the session runs
+	// LeftAt is when the server saw the client's socket end (close frame or EOF) while the
+	// session ran or waited; zero if the server ended it first. With Options.LateQueueLeave a
+	// queued client's EndedAt comes later, when the gateway notices.
+	LeftAt time.Time
 
 	QueuedPositions []int // positions announced: session.queued and every session.queue_update
 
@@ -36,9 +40,25 @@ type SessionRecord struct {
 	CloseReason   string // reason the client gave in session.close, if any
 	EndReason     string // why the session ended (see README.md for the list)
 	KVCacheLength int    // simulated kv cache length at the end (or now)
-	// IgnoredAfterClose counts input that arrived within the in-flight grace after a legacy
-	// session.closed{context_full}: sent before the client could know, so ignored, not rejected.
+	// IgnoredAfterClose counts input that arrived within the in-flight grace after a
+	// session.closed that left the socket open (legacy context_full, OpenVoice, a keep-open close
+	// fault): sent before the client could know, so ignored, not rejected.
 	IgnoredAfterClose int
+}
+
+// QueueWait is how long the session waited in the queue for a worker: from connect to
+// session.queue_done, or, if it never got a worker, to its end (or until now while it waits).
+// Zero for OpenVoice, which has no queue.
+func (r SessionRecord) QueueWait() time.Duration {
+	switch {
+	case r.Dialect == OpenVoice:
+		return 0
+	case !r.AssignedAt.IsZero():
+		return r.AssignedAt.Sub(r.ConnectedAt)
+	case !r.EndedAt.IsZero():
+		return r.EndedAt.Sub(r.ConnectedAt)
+	}
+	return time.Since(r.ConnectedAt)
 }
 
 // InitRecord holds the session configuration the client sent: session.init (current),

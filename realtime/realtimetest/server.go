@@ -80,9 +80,19 @@ type Options struct {
 	// Reply, when set, is the audio (24 kHz mono) the full-duplex parrot answers with instead
 	// of what it heard: a model that talks for as long as a test needs.
 	Reply []float32
-	// InFlightGrace: input arriving this soon after a legacy session.closed{context_full} was
-	// sent before the client could know; it is ignored (counted), not rejected. Default 2s; <0: none.
+	// InFlightGrace: input arriving this soon after a session.closed that left the socket open
+	// (legacy context_full, OpenVoice, a keep-open close fault) was sent before the client could
+	// know; it is ignored (counted), not rejected. Default 2s; <0: none.
 	InFlightGrace time.Duration
+
+	// Models are the OpenVoice STT models the server knows; any other model query parameter is
+	// refused with error{code:"model_not_found", recoverable:false} and close 1008. Empty: any.
+	Models []string
+	// LateQueueLeave models the real gateway's queue, which does not read from waiting clients:
+	// it notices that a queued client has gone only when it next writes to it (a queue update).
+	// A worker that frees before then is handed to the gone client and never freed again: the
+	// server is jammed (see Server.Jammed) and later clients wait forever.
+	LateQueueLeave bool
 
 	Faults []Fault      // faults armed at start
 	Logger *slog.Logger // nil = discard
@@ -146,7 +156,7 @@ func (o Options) validate() error {
 		return err
 	}
 	for _, f := range o.Faults {
-		if err := f.Validate(); err != nil {
+		if err := f.validFor(o.Dialect); err != nil {
 			return err
 		}
 	}
@@ -174,6 +184,7 @@ type Server struct {
 	live     map[*session]struct{}
 	free     int
 	waiting  []*waiter
+	jammed   int // workers handed to clients that had gone (LateQueueLeave)
 	lastIDMs int64
 }
 
@@ -263,7 +274,7 @@ func (s *Server) Close() {
 // running sessions that already passed N chunks, at once.
 // An invalid fault is logged and ignored.
 func (s *Server) AddFault(f Fault) {
-	if err := f.Validate(); err != nil {
+	if err := f.validFor(s.opts.Dialect); err != nil {
 		s.log.Error("simulator: fault not armed", "fault", f.String(), "err", err)
 		return
 	}
@@ -287,6 +298,14 @@ func (s *Server) Sessions() []SessionRecord {
 		out[i] = r.clone()
 	}
 	return out
+}
+
+// Jammed reports whether a worker was handed to a queued client that had already gone and is
+// lost for good (Options.LateQueueLeave): what a real one-worker gateway does until restarted.
+func (s *Server) Jammed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jammed > 0
 }
 
 // WaitSessions waits until at least n sessions exist (WebSocket connections accepted).
@@ -512,12 +531,20 @@ func (s *Server) leave(w *waiter) {
 	}
 }
 
-// claimRefuse takes a refuse fault for a new connection, if one is armed.
-func (s *Server) claimRefuse() *Fault {
+// jam records a worker lost to a client that had gone while queued.
+func (s *Server) jam() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.jammed++
+}
+
+// claimAtConnect takes an armed fault of a kind that acts before session.created, if one is
+// available for this session.
+func (s *Server) claimAtConnect(kind FaultKind) *Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.faults {
-		if a.Kind == FaultRefuse && a.available() {
+		if a.Kind == kind && a.available() {
 			a.fired++
 			f := a.Fault
 			return &f
@@ -531,7 +558,7 @@ func (s *Server) claimFault(fired map[*armedFault]bool, n int) *Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.faults {
-		if a.Kind == FaultRefuse || fired[a] || !a.available() || n < a.AfterAppends {
+		if a.Kind.atConnect() || fired[a] || !a.available() || n < a.AfterAppends {
 			continue
 		}
 		fired[a] = true

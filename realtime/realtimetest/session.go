@@ -1,6 +1,7 @@
 package realtimetest
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,9 +16,9 @@ import (
 type sessState int
 
 const (
-	stConnected   sessState = iota // worker assigned (or OpenVoice connected), waiting for init
-	stActive                       // session.created sent
-	stContextFull                  // legacy: session.closed{context_full} sent, socket open
+	stConnected  sessState = iota // worker assigned (or OpenVoice connected), waiting for init
+	stActive                      // session.created sent
+	stClosedOpen                  // session.closed sent, socket left open (legacy context_full, OpenVoice, keep-open)
 )
 
 const (
@@ -40,15 +41,21 @@ type session struct {
 	fired     map[*armedFault]bool
 
 	state sessState
-	// contextFullAt is when session.closed{context_full} went out (legacy, socket left open).
-	contextFullAt time.Time
-	done          bool
-	endReason     string
-	closeCode     int
-	closeText     string
-	clientClosed  bool // the client sent session.close: anything after it is a violation
-	assigned      bool
-	limit         *time.Timer
+	// closedAt and closedReason: when and why session.closed went out on a socket left open.
+	closedAt     time.Time
+	closedReason string
+	// ignoring: a stall-init fault; input is read (pings answered) but nothing is answered.
+	ignoring bool
+	// delayed holds faults that are due but wait for their Delay; delayTimer fires at the first.
+	delayed      []delayedFault
+	delayTimer   *time.Timer
+	done         bool
+	endReason    string
+	closeCode    int
+	closeText    string
+	clientClosed bool // the client sent session.close: anything after it is a violation
+	assigned     bool
+	limit        *time.Timer
 
 	sid      string
 	accepted int // accepted input chunks (chat: input.append; OpenVoice: binary frames)
@@ -74,7 +81,7 @@ func (s *session) run() {
 		s.end("refused: " + s.modeErr)
 		return
 	}
-	if f := s.srv.claimRefuse(); f != nil {
+	if f := s.srv.claimAtConnect(FaultRefuse); f != nil {
 		s.refuse(f)
 		return
 	}
@@ -96,6 +103,7 @@ func (s *session) loop() {
 				s.handle(f)
 			}
 		case <-s.c.readerDone:
+			s.markLeft()
 			for !s.done {
 				f, ok := s.c.pop()
 				if !ok {
@@ -114,6 +122,8 @@ func (s *session) loop() {
 			s.ovTick()
 		case <-s.faultWake:
 			s.checkFaults()
+		case <-s.delayC():
+			s.fireDelayed()
 		case <-s.srv.ctx.Done():
 			s.end("server_closed")
 			s.done = true
@@ -122,11 +132,52 @@ func (s *session) loop() {
 }
 
 func (s *session) handle(f inFrame) {
+	switch {
+	case s.ignoring:
+		return // a gateway that stopped answering: input is read (Received) but never answered
+	case s.state == stClosedOpen && !s.isCloseRequest(f):
+		s.afterClosed(f)
+		return
+	}
 	if s.dialect == OpenVoice {
 		s.ovHandle(f)
 	} else {
 		s.mcHandle(f)
 	}
+}
+
+// isCloseRequest reports whether f is the client's session.close.
+func (s *session) isCloseRequest(f inFrame) bool {
+	return !f.binary && peekType(f.data) == evSessionClose
+}
+
+// afterClosed handles input that arrives on a socket the server left open after session.closed:
+// what was in flight when the client read session.closed is ignored (counted); anything later is
+// a client that did not notice the end of its session.
+func (s *session) afterClosed(f inFrame) {
+	if f.at.Sub(s.closedAt) < s.srv.opts.InFlightGrace {
+		s.srv.update(func() { s.rec.IgnoredAfterClose++ })
+		return
+	}
+	typ := "binary frame"
+	if !f.binary {
+		typ = peekType(f.data)
+	}
+	s.violate(fmt.Sprintf("%s %v after session.closed{reason:%s}: the client must close the session",
+		typ, f.at.Sub(s.closedAt).Round(time.Millisecond), s.closedReason))
+}
+
+// closedOpen records that session.closed went out and the socket stays open.
+func (s *session) closedOpen(reason string) {
+	s.state, s.closedAt, s.closedReason = stClosedOpen, time.Now(), reason
+}
+
+// stallInit makes the session a gateway that never answers the client's init (OpenVoice:
+// never greets). The session limit, counted from worker assignment, still ends it.
+func (s *session) stallInit() {
+	s.log.Info("simulator: fault fires", "fault", string(FaultStallInit))
+	s.ignoring = true
+	s.end("fault: stall-init")
 }
 
 func (s *session) limitC() <-chan time.Time {
@@ -176,6 +227,9 @@ func (s *session) finish() {
 	}
 	if s.limit != nil {
 		s.limit.Stop()
+	}
+	if s.delayTimer != nil {
+		s.delayTimer.Stop()
 	}
 	s.ovStop()
 	flush := closeWaitClient
@@ -343,23 +397,56 @@ func (s *session) waitWorker() bool {
 	s.announce("session.queued", pos, qlen, ticket)
 	tick := time.NewTicker(s.srv.opts.QueueUpdateInterval)
 	defer tick.Stop()
-	update := func() {
+	// gone: the client left while queued, and (LateQueueLeave) the server has not noticed yet.
+	gone := ""
+	readerDone, writerDone := s.c.readerDone, s.c.writerDone
+	clientLeft := func(reason string) bool {
+		s.markLeft()
+		if !s.srv.opts.LateQueueLeave {
+			s.srv.leave(w)
+			s.end(reason)
+			return true
+		}
+		gone, readerDone, writerDone = reason, nil, nil
+		return false
+	}
+	// update writes a queue update; that is when a late-leave gateway notices a gone client.
+	update := func() bool {
+		if gone != "" {
+			select {
+			case <-w.assigned:
+				s.jamWorker()
+			default:
+				s.srv.leave(w)
+				s.end(gone)
+			}
+			return true
+		}
 		if pos, qlen := s.srv.position(w); pos > 0 {
 			s.announce("session.queue_update", pos, qlen, "")
 		}
+		return false
 	}
 	for {
 		select {
 		case <-w.assigned:
+			if gone != "" {
+				s.jamWorker()
+				return false
+			}
 			s.assign()
 			return true
 		case <-w.moved:
-			update()
+			if update() {
+				return false
+			}
 		case <-tick.C:
-			update()
+			if update() {
+				return false
+			}
 		case <-s.c.inSig:
 			f, ok := s.c.pop()
-			if !ok {
+			if !ok || gone != "" {
 				continue
 			}
 			s.srv.leave(w)
@@ -369,20 +456,36 @@ func (s *session) waitWorker() bool {
 			}
 			s.violate(fmt.Sprintf("%s sent before session.queue_done: a client must send nothing while queued", typ))
 			return false
-		case <-s.c.readerDone:
-			s.srv.leave(w)
-			s.end(s.goneReason())
-			return false
-		case <-s.c.writerDone:
-			s.srv.leave(w)
-			s.end("client_gone")
-			return false
+		case <-readerDone:
+			if clientLeft(s.goneReason()) {
+				return false
+			}
+		case <-writerDone:
+			if clientLeft("client_gone") {
+				return false
+			}
 		case <-s.srv.ctx.Done():
 			s.srv.leave(w)
 			s.end("server_closed")
 			return false
 		}
 	}
+}
+
+// markLeft records that the client's socket has ended.
+func (s *session) markLeft() {
+	s.srv.update(func() {
+		s.rec.LeftAt = time.Now()
+		s.srv.notifyLocked()
+	})
+}
+
+// jamWorker is the real gateway's failure: the worker went to a client that had already left
+// the queue, and nothing ever frees it.
+func (s *session) jamWorker() {
+	s.log.Warn("simulator: worker handed to a client that left the queue; the worker is lost (jammed)")
+	s.srv.jam()
+	s.end("jammed: worker handed to a client that had left the queue")
 }
 
 func (s *session) announce(typ string, pos, qlen int, ticket string) {
@@ -405,6 +508,9 @@ func (s *session) assign() {
 		s.limit = time.NewTimer(s.srv.opts.AudioLimit)
 	}
 	s.sendJSON(map[string]any{"type": "session.queue_done"})
+	if f := s.srv.claimAtConnect(FaultStallInit); f != nil {
+		s.stallInit()
+	}
 }
 
 func (s *session) timeout() {
@@ -415,15 +521,70 @@ func (s *session) timeout() {
 	s.end("timeout")
 }
 
-// checkFaults fires every fault due now.
+// delayedFault is a fault that is due but waits for its Delay.
+type delayedFault struct {
+	at time.Time
+	f  *Fault
+}
+
+// checkFaults fires every fault due now (or schedules it, when it has a Delay).
 func (s *session) checkFaults() {
 	for !s.done && s.state == stActive {
 		f := s.srv.claimFault(s.fired, s.accepted)
 		if f == nil {
 			return
 		}
+		if f.Delay > 0 {
+			s.delayed = append(s.delayed, delayedFault{at: time.Now().Add(f.Delay), f: f})
+			s.armDelay()
+			continue
+		}
 		s.fire(f)
 	}
+}
+
+// armDelay sets the timer to the earliest delayed fault.
+func (s *session) armDelay() {
+	if len(s.delayed) == 0 {
+		return
+	}
+	first := s.delayed[0].at
+	for _, d := range s.delayed[1:] {
+		if d.at.Before(first) {
+			first = d.at
+		}
+	}
+	wait := max(time.Until(first), 0)
+	if s.delayTimer == nil {
+		s.delayTimer = time.NewTimer(wait)
+		return
+	}
+	s.delayTimer.Stop()
+	s.delayTimer.Reset(wait)
+}
+
+func (s *session) delayC() <-chan time.Time {
+	if s.delayTimer == nil || len(s.delayed) == 0 {
+		return nil
+	}
+	return s.delayTimer.C
+}
+
+// fireDelayed fires the delayed faults whose time has come, while the session is active.
+func (s *session) fireDelayed() {
+	now := time.Now()
+	var later []delayedFault
+	for _, d := range s.delayed {
+		switch {
+		case s.done || s.state != stActive:
+		case d.at.After(now):
+			later = append(later, d)
+		default:
+			s.fire(d.f)
+		}
+	}
+	s.delayed = later
+	s.armDelay()
 }
 
 func (s *session) fire(f *Fault) {
@@ -440,6 +601,7 @@ func (s *session) fire(f *Fault) {
 		s.done = true
 		select { // black hole until the client gives up or the server closes
 		case <-s.c.readerDone:
+			s.markLeft()
 		case <-s.srv.ctx.Done():
 		}
 	case FaultInvalidJSON:
@@ -449,28 +611,35 @@ func (s *session) fire(f *Fault) {
 	case FaultBadDelta:
 		s.sendBadDelta()
 	case FaultClose:
-		reason := f.Reason
-		if reason == "" {
-			reason = "backend_error"
-		}
-		if s.dialect != Legacy || reason != "context_full" {
+		reason := cmp.Or(f.Reason, "backend_error")
+		legacyFull := s.dialect == Legacy && reason == "context_full"
+		if !legacyFull { // the legacy gateway keeps its worker until the client closes
 			s.releaseWorker()
 		}
-		switch {
-		case s.dialect == OpenVoice:
-			s.sendJSON(map[string]any{"type": "error", "message": "session closed: " + reason, "recoverable": false})
-			s.closeWith(websocket.CloseInternalServerErr, reason)
-			s.end("fault: close")
-		case s.dialect == Legacy && reason == "context_full":
+		if s.dialect == OpenVoice {
+			s.ovSendClosed(reason)
+		} else {
 			s.sendClosed(reason, "")
-			s.state, s.contextFullAt = stContextFull, time.Now()
-			s.end("fault: close")
-		default:
-			s.sendClosed(reason, "")
-			s.closeWith(websocket.CloseNormalClosure, reason)
-			s.end("fault: close")
 		}
+		// Real OpenVoice and the legacy context_full leave the socket to the client.
+		if f.KeepOpen || legacyFull || s.dialect == OpenVoice {
+			s.closedOpen(reason)
+		} else {
+			s.closeWith(websocket.CloseNormalClosure, reason)
+		}
+		s.end("fault: close")
 	}
+}
+
+// backendError is a current-dialect worker whose backend is down or still busy with the previous
+// session: it answers the init with session.closed before session.created, with no session id.
+func (s *session) backendError() {
+	s.log.Info("simulator: fault fires", "fault", string(FaultBackendError))
+	s.releaseWorker()
+	s.sendJSON(map[string]any{"type": "session.closed", "session_id": nil, "reason": "backend_error",
+		"diagnostic": map[string]any{"message": "backend unavailable: the previous session is still closing"}})
+	s.closeWith(websocket.CloseNormalClosure, "")
+	s.end("fault: backend-error")
 }
 
 func (s *session) oversizeType() string {
