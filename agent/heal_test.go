@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,9 +37,11 @@ func TestFlappingServerBacksOff(t *testing.T) {
 				cfg: agent.Config{BackoffMin: 100 * time.Millisecond, BackoffMax: 800 * time.Millisecond},
 			})
 			var announced []time.Time
+			var waits []time.Duration
 			for len(announced) < 6 {
-				ev := h.waitFor("reconnecting", 10*time.Second, isState(agent.StateReconnecting))
-				announced = append(announced, ev.(agent.StateChanged).Status.NextAttempt)
+				st := h.waitFor("reconnecting", 10*time.Second, isState(agent.StateReconnecting)).(agent.StateChanged).Status
+				announced = append(announced, st.NextAttempt)
+				waits = append(waits, st.NextAttempt.Sub(st.Since))
 			}
 			if err := h.sim.WaitSessions(context.Background(), 7); err != nil {
 				t.Fatal(err)
@@ -46,26 +49,25 @@ func TestFlappingServerBacksOff(t *testing.T) {
 			h.stop()
 			recs := h.sim.Sessions()[:7]
 			g := gaps(recs)
-			t.Logf("%s: waits between sessions %v", reason, g)
+			t.Logf("%s: announced waits %v; between sessions %v", reason, waits, g)
 			for i, at := range announced {
 				if recs[i+1].ConnectedAt.Before(at) {
 					t.Errorf("session %d dialled %v before its announced time", i+1, at.Sub(recs[i+1].ConnectedAt))
 				}
 			}
-			// Waits are drawn from [c/2, c] with c doubling from 200 ms up to 800 ms: each at
-			// least backoff_min, never shorter than half the one before, the last ones ≥ 400 ms.
 			for i, w := range g {
 				if w < 100*time.Millisecond {
-					t.Errorf("wait %d: %v, shorter than backoff_min", i, w)
-				}
-				if i > 0 && w < g[i-1]/2 {
-					t.Errorf("wait %d: %v after %v: shrinking", i, w, g[i-1])
+					t.Errorf("session %d came %v after the one before: shorter than backoff_min", i+1, w)
 				}
 			}
-			for _, w := range g[3:] {
-				if w < 400*time.Millisecond {
-					t.Errorf("waits %v do not reach backoff_max/2", g)
-					break
+			// Waits are drawn from [c/2, c] with c doubling from 200 ms up to 800 ms: never
+			// shorter than half the one before, the later ones ≥ backoff_max/2.
+			for i, w := range waits {
+				if i > 0 && w < waits[i-1]/2 {
+					t.Errorf("wait %d: %v after %v: shrinking", i, w, waits[i-1])
+				}
+				if i >= 2 && w < 400*time.Millisecond {
+					t.Errorf("wait %d: %v; from the third on they reach backoff_max/2", i, w)
 				}
 			}
 			if st := h.sup.Status(); st.SessionsLost < 6 || st.Reconnects < 6 {
@@ -271,8 +273,9 @@ func TestMuteSilencesUnsentAudio(t *testing.T) {
 // the agent notices the queue, leaves it, and rolls over sequentially — counted as rollovers, no
 // session reaching the server's limit, no audio lost or repeated.
 func TestRolloverOnOneWorkerServer(t *testing.T) {
+	// A generous reconnect buffer: a loaded machine may take a while to close and open.
 	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 1, QueueUpdateInterval: 100 * time.Millisecond},
-		cfg: agent.Config{TimeLimit: 1200 * time.Millisecond, TimeMargin: 400 * time.Millisecond}})
+		cfg: agent.Config{TimeLimit: 1200 * time.Millisecond, TimeMargin: 400 * time.Millisecond, ReconnectBuffer: 20 * time.Second}})
 	for range 3 {
 		h.waitFor("rollover", 15*time.Second, isLifecycle("rollover"))
 	}
@@ -336,5 +339,194 @@ func TestQueueReportedAsOftenAsTheServerSays(t *testing.T) {
 	t.Logf("%d queue reports from the server, %d queued states published", reports, queuedEvents)
 	if queuedEvents > reports {
 		t.Errorf("%d queued states published for %d reports", queuedEvents, reports)
+	}
+}
+
+// blackHole stands between the agent and a real session: once closed, it accepts chunks and
+// forwards none; cut then ends the session as a dead link does, reporting the swallowed chunks
+// as undelivered (realtime's Closed.Undelivered), as the real client does for what the peer's
+// TCP stack never acknowledged.
+type blackHole struct {
+	realtime.Session
+	events chan realtime.Event
+	mu     sync.Mutex
+	closed bool
+	held   []uint64
+	cutC   chan struct{}
+}
+
+func newBlackHole(s realtime.Session) *blackHole {
+	b := &blackHole{Session: s, events: make(chan realtime.Event, 256), cutC: make(chan struct{})}
+	go func() {
+		defer close(b.events)
+		in := s.Events()
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					return
+				}
+				b.events <- ev
+			case <-b.cutC:
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				s.Close(ctx, "user_stop")
+				cancel()
+				b.mu.Lock()
+				held := slices.Clone(b.held)
+				b.mu.Unlock()
+				b.events <- realtime.Closed{Undelivered: held, Err: &realtime.Error{Class: realtime.ClassRetryable,
+					Code: realtime.CodeDeadLink, Message: "test: the link is dead"}}
+				return
+			}
+		}
+	}()
+	return b
+}
+
+func (b *blackHole) Send(ctx context.Context, c realtime.Chunk) error {
+	b.mu.Lock()
+	if b.closed {
+		b.held = append(b.held, c.ID)
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
+	return b.Session.Send(ctx, c)
+}
+
+func (b *blackHole) Events() <-chan realtime.Event { return b.events }
+
+func (b *blackHole) swallow() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+}
+
+func (b *blackHole) swallowed() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.held)
+}
+
+// A dead link: what the lost session accepted but the server never got is sent again, first, in
+// the next session, so the server gets every sample once; chunks_sent counts only what arrived.
+func TestUndeliveredAudioIsSentAgain(t *testing.T) {
+	var holes []*blackHole
+	var mu sync.Mutex
+	h := newHarness(t, setup{speed: 2, cfg: agent.Config{Chunk: 250 * time.Millisecond},
+		dialWrap: func(d agent.DialFunc) agent.DialFunc {
+			return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+				s, err := d(ctx, cfg)
+				if err != nil {
+					return nil, err
+				}
+				b := newBlackHole(s)
+				mu.Lock()
+				holes = append(holes, b)
+				mu.Unlock()
+				return b, nil
+			}
+		}})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	first := holes[0]
+	mu.Unlock()
+	first.swallow()
+	for deadline := time.Now().Add(5 * time.Second); first.swallowed() < 4 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(first.cutC)
+	ended := h.waitFor("session_ended", 10*time.Second, isLifecycle("session_ended")).(agent.Lifecycle)
+	h.waitFor("a new session", 10*time.Second, func(ev agent.Event) bool {
+		sc, ok := ev.(agent.StateChanged)
+		return ok && sc.Status.State == agent.StateListening && sc.Status.SessionID != ended.SessionID
+	})
+	// Wait until the new session has caught up with a second of audio captured after it began.
+	target := h.source.Captured() + 16000
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if recs := h.sim.Sessions(); len(recs) == 2 && len(recs[1].Audio) > 0 && int64(recs[1].Audio[len(recs[1].Audio)-1]*(1<<24)) >= target {
+			break
+		}
+	}
+	h.stop()
+	recs := h.sim.Sessions()
+	if len(recs) != 2 || len(recs[1].Audio) == 0 {
+		t.Fatalf("%d sessions; the last received %d samples", len(recs), len(recs[len(recs)-1].Audio))
+	}
+	t.Logf("%d chunks swallowed; the first session received %.2f s, the second began at %.2f s", first.swallowed(),
+		float64(len(recs[0].Audio))/16000, float64(recs[1].Audio[0]*(1<<24))/16000)
+	checkRamp(t, h.received())
+	appends := len(recs[0].Appends) + len(recs[1].Appends)
+	if st := h.sup.Status(); st.ChunksSent > uint64(appends) || st.ChunksSent+2 < uint64(appends) || st.ChunksDropped != 0 {
+		t.Errorf("chunks_sent %d, chunks_dropped %d; the server received %d chunks", st.ChunksSent, st.ChunksDropped, appends)
+	}
+	h.noRejections()
+}
+
+// ageSession records how old each chunk's newest sample was when Send accepted it.
+type ageSession struct {
+	realtime.Session
+	start func() time.Time
+	speed float64
+	mu    *sync.Mutex
+	ages  *[]time.Duration
+}
+
+func (s ageSession) Send(ctx context.Context, c realtime.Chunk) error {
+	err := s.Session.Send(ctx, c)
+	if err == nil && len(c.Audio) > 0 && c.Audio[len(c.Audio)-1] != 0 {
+		last := float64(c.Audio[len(c.Audio)-1] * (1 << 24))
+		captured := s.start().Add(time.Duration((last + 1) / 16000 / s.speed * float64(time.Second)))
+		s.mu.Lock()
+		*s.ages = append(*s.ages, time.Since(captured))
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// max_lag holds end to end: a link that falls behind never gets audio older than max_lag, even
+// a chunk that was waiting for room when it grew too old.
+func TestNothingOlderThanMaxLagIsSent(t *testing.T) {
+	var open atomic.Bool
+	open.Store(true)
+	var mu sync.Mutex
+	var ages []time.Duration
+	var h *harness
+	h = newHarness(t, setup{speed: 1, noStart: true, cfg: agent.Config{Chunk: 250 * time.Millisecond, MaxLag: 500 * time.Millisecond},
+		dialWrap: func(d agent.DialFunc) agent.DialFunc {
+			slow := slowDial(&open)(d)
+			return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+				s, err := slow(ctx, cfg)
+				if err != nil {
+					return nil, err
+				}
+				// The gate sits outside the age record: a chunk is "sent" when the real Send took it.
+				return slowSession{ageSession{s.(slowSession).Session, func() time.Time { return h.source.Started() }, 1, &mu, &ages}, &open}, nil
+			}
+		}})
+	h.start()
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(700 * time.Millisecond)
+	open.Store(false)
+	time.Sleep(3 * time.Second)
+	open.Store(true)
+	time.Sleep(1200 * time.Millisecond)
+	h.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ages) < 4 {
+		t.Fatalf("only %d chunks sent", len(ages))
+	}
+	worst := slices.Max(ages)
+	t.Logf("%d chunks; oldest when sent: %v", len(ages), worst)
+	// A Send that waits for room gives up when the chunk reaches max_lag (a chunk used to wait
+	// the whole second of the sender's timeout, and again); half a second covers the gate's
+	// polling and a busy machine.
+	if worst > 500*time.Millisecond+500*time.Millisecond {
+		t.Errorf("a chunk %v old was sent; max_lag is 500ms", worst)
+	}
+	if st := h.sup.Status(); st.ChunksDropped == 0 {
+		t.Error("nothing dropped although the link stood still for 1.5 s")
 	}
 }

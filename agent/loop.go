@@ -890,7 +890,8 @@ func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 			reason = ev.Err.Error()
 		}
 	}
-	s.log.Info("agent: session ended", "session", lv.id, "reason", reason, "age", s.now().Sub(lv.started).Round(time.Millisecond))
+	s.log.Info("agent: session ended", "session", lv.id, "reason", reason, "age", s.now().Sub(lv.started).Round(time.Millisecond),
+		"undelivered", len(ev.Undelivered))
 	s.bus.publish(Lifecycle{Kind: "session_ended", SessionID: lv.id, Reason: reason, At: s.now()})
 	if !l.want {
 		return

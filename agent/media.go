@@ -43,7 +43,7 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		s.queueChunk(chunk{seq: seq, audio: audio, frames: frames, forceListen: force, epoch: curEpoch, muteEpoch: curMute}, framesEvery)
 	}
 	for {
-		epoch, mute := s.epoch.Load(), s.muteEpoch.Load()
+		epoch, mute, wasMuted := s.epoch.Load(), s.muteEpoch.Load(), s.muted.Load()
 		n, err := s.audio.Read(ctx, buf)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -61,8 +61,8 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 			// while switched off, so none of it is kept.
 			continue
 		}
-		// Muted now, or muted while this block was captured: it goes as silence.
-		if m := s.muteEpoch.Load(); m != mute || s.muted.Load() {
+		// Muted at any time while this block was captured: it goes as silence.
+		if m := s.muteEpoch.Load(); m != mute || wasMuted || s.muted.Load() {
 			clear(block)
 			mute = m
 		}
@@ -230,7 +230,8 @@ func (s *Supervisor) sendLoop(ctx context.Context) {
 			s.sendMu.Unlock()
 			continue
 		}
-		if limit := s.lag.at(now); now.Sub(c.captured) > limit {
+		limit := s.lag.at(now)
+		if now.Sub(c.captured) > limit {
 			s.sendMu.Unlock()
 			s.backlog.drop(c)
 			s.announceDrop(fmt.Sprintf("link behind: audio older than %v dropped", limit.Round(time.Millisecond)))
@@ -239,7 +240,8 @@ func (s *Supervisor) sendLoop(ctx context.Context) {
 		if c.muteEpoch != s.muteEpoch.Load() {
 			clear(c.audio) // muted since it was captured
 		}
-		sctx, cancel := context.WithTimeout(ctx, sendTimeout)
+		// A Send that waits for room gives up when the chunk grows too old to be worth it.
+		sctx, cancel := context.WithDeadline(ctx, minTime(now.Add(sendTimeout), c.captured.Add(limit)))
 		err := l.sess.Send(sctx, realtime.Chunk{ID: c.seq, Audio: c.audio, Frames: c.frames, ForceListen: c.forceListen})
 		cancel()
 		if err == nil {
@@ -269,6 +271,13 @@ func (s *Supervisor) sendLoop(ctx context.Context) {
 			s.log.Warn("agent: chunk not sent", "err", err)
 		}
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // backoff returns the wait before the n-th consecutive new attempt (n ≥ 1): drawn from
