@@ -105,6 +105,37 @@ type attempt struct {
 	// done is closed when the dial has returned and whatever it opened after being abandoned
 	// has been closed: its socket is finished.
 	done chan struct{}
+	// The server's queue reports, while it waits there (unix nanoseconds): when it last
+	// reported, and the longest gap between two reports.
+	queuedAt, queueGap atomic.Int64
+	assigned           atomic.Bool // the queue is behind it
+}
+
+// queueNotice is the least wait, in the server's queue reports, before a worker may free up
+// after a queued client has left.
+const queueNotice = 3 * time.Second
+
+// noticedBy is when a gateway has surely noticed that this attempt left its queue. A real
+// one-worker gateway does not read from waiting clients: it notices a client that left only
+// when it next writes to it (a queue update, about every 3 s), and a worker that frees before
+// then goes to the client that left and is lost for good. So the session ahead of a queued
+// dial that was abandoned must keep its worker until then. Zero when it was not waiting.
+func (a *attempt) noticedBy(now time.Time) time.Time {
+	if a.queuedAt.Load() == 0 || a.assigned.Load() {
+		return time.Time{}
+	}
+	return now.Add(max(time.Duration(a.queueGap.Load()), queueNotice) + time.Second)
+}
+
+func (a *attempt) queueReport(q realtime.QueueStatus, now time.Time) {
+	if q.Done {
+		a.assigned.Store(true)
+		return
+	}
+	t := now.UnixNano()
+	if last := a.queuedAt.Swap(t); last != 0 && t-last > a.queueGap.Load() {
+		a.queueGap.Store(t - last)
+	}
 }
 
 type dialResult struct {
@@ -145,6 +176,9 @@ type loop struct {
 	// sequential: the server queued a pre-opened session behind ours (one worker), so rollovers
 	// close the old session first.
 	sequential bool
+	// queueLeft is when the server's queue will have noticed the last queued dial we abandoned:
+	// no session of ours closes before (see attempt.noticedBy).
+	queueLeft  time.Time
 	lastActive time.Time // last speech either way (idle timeout)
 	history    []Utterance
 	reconnects int // attempts after the first since start
@@ -350,16 +384,32 @@ func (l *loop) restart(reason string) {
 // session: every dial not yet returned. A one-worker gateway that sees a queued client vanish
 // while the session ahead of it closes can hand its worker to the dead ticket; a queued dial is
 // therefore left completely first.
-func (l *loop) abandonDials() []<-chan struct{} {
+func (l *loop) abandonDials() closeAfter {
 	if l.dialing != nil {
-		l.dialing.cancel()
+		l.abandon(l.dialing)
 		l.dialing = nil
 	}
-	var waits []<-chan struct{}
+	w := closeAfter{notBefore: l.queueLeft}
 	for a := range l.inflight {
-		waits = append(waits, a.done)
+		w.dials = append(w.dials, a.done)
 	}
-	return waits
+	return w
+}
+
+// abandon gives a dial up; if it waited in the server's queue, sessions ahead of it keep their
+// worker until the server has noticed (see attempt.noticedBy).
+func (l *loop) abandon(a *attempt) {
+	a.cancel()
+	if t := a.noticedBy(l.s.now()); t.After(l.queueLeft) {
+		l.queueLeft = t
+	}
+}
+
+// closeAfter is what a session's close waits for: the dials abandoned before it have finished,
+// and the server's queue has noticed that they left.
+type closeAfter struct {
+	dials     []<-chan struct{}
+	notBefore time.Time
 }
 
 // closeAll ends the current and the next session (not waiting).
@@ -404,8 +454,8 @@ func (l *loop) count(lv *live, delivered uint64) {
 	l.s.delivered.Add(n)
 }
 
-// closeAsync says goodbye to a session in the background, after the dials in waits have ended.
-func (l *loop) closeAsync(lv *live, reason string, waits []<-chan struct{}, flush bool) {
+// closeAsync says goodbye to a session in the background, after what it must wait for.
+func (l *loop) closeAsync(lv *live, reason string, after closeAfter, flush bool) {
 	l.failSays(lv, "the session ended before the speech was finished")
 	l.retire(lv)
 	lv.planned = true
@@ -423,9 +473,9 @@ func (l *loop) closeAsync(lv *live, reason string, waits []<-chan struct{}, flus
 				}
 			}()
 		}
-		if len(waits) > 0 {
+		if len(after.dials) > 0 {
 			limit := time.NewTimer(budget)
-			for _, w := range waits {
+			for _, w := range after.dials {
 				select {
 				case <-w:
 				case <-limit.C:
@@ -433,13 +483,21 @@ func (l *loop) closeAsync(lv *live, reason string, waits []<-chan struct{}, flus
 			}
 			limit.Stop()
 		}
+		if wait := time.Until(after.notBefore); wait > 0 {
+			l.s.log.Info("agent: keeping the session until the server's queue has seen our dial leave", "wait", wait.Round(time.Millisecond))
+			time.Sleep(wait)
+		}
+		began := time.Now()
 		if flush {
 			l.flush(lv, budget)
 		}
+		flushed := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
 		lv.sess.Close(ctx, reason)
 		l.count(lv, lv.sess.Stats().ChunksDelivered)
+		l.s.log.Debug("agent: session closed", "session", lv.id, "flush", flushed.Sub(began).Round(time.Millisecond),
+			"close", time.Since(flushed).Round(time.Millisecond))
 	}()
 }
 
@@ -504,6 +562,7 @@ func (l *loop) startDial(rollover bool) {
 		cfg.Init.Instructions = carryOver(cfg.Init.Instructions, l.history, s.cfg.CarryOverChars)
 	}
 	cfg.OnQueue = func(q realtime.QueueStatus) {
+		a.queueReport(q, s.now())
 		if ctx.Err() != nil {
 			return // abandoned: nothing to say
 		}
@@ -554,7 +613,7 @@ func (l *loop) handleDial(dr dialResult) {
 	delete(l.inflight, dr.a)
 	if dr.a != l.dialing { // abandoned or superseded
 		if dr.sess != nil {
-			l.closeAsync(&live{sess: dr.sess}, "user_stop", nil, false)
+			l.closeAsync(&live{sess: dr.sess}, "user_stop", closeAfter{}, false)
 		}
 		return
 	}
@@ -586,7 +645,7 @@ func (l *loop) handleDial(dr dialResult) {
 	}
 	lv := l.adopt(dr.sess)
 	if !l.want {
-		l.closeAsync(lv, "user_stop", nil, false)
+		l.closeAsync(lv, "user_stop", closeAfter{}, false)
 		return
 	}
 	if dr.a.rollover.Load() && l.cur != nil {
@@ -607,8 +666,10 @@ func (l *loop) handleQueuedAhead(a *attempt) {
 	l.s.log.Info("agent: the next session was queued behind ours (a one-worker server?): leaving the queue; " +
 		"rollovers close the old session first from now on")
 	l.sequential = true
-	a.cancel()
+	l.abandon(a)
 	l.dialing = nil // stays in inflight until its dial has returned
+	// The old session keeps its worker, and the audio, until the queue has seen us leave.
+	l.rolloverNotBefore = later(l.rolloverNotBefore, l.queueLeft)
 }
 
 // adopt takes a new session in: the loop reads its events while it is current or next.
@@ -632,7 +693,7 @@ func (l *loop) activate(lv *live) {
 	}
 	if old != nil {
 		l.finishReply(old)
-		l.closeAsync(old, "user_stop", nil, true)
+		l.closeAsync(old, "user_stop", closeAfter{notBefore: l.queueLeft}, true)
 	} else if oldest := s.backlog.oldest(); !oldest.IsZero() {
 		s.lag.catchUp(now, now.Sub(oldest))
 	}
@@ -1087,7 +1148,7 @@ func (l *loop) shutdown() {
 	go func() { l.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(2*l.s.closeBudget() + time.Second):
+	case <-time.After(2*l.s.closeBudget() + max(0, time.Until(l.queueLeft)) + time.Second):
 		l.s.log.Warn("agent: sessions did not close in time")
 	}
 }
