@@ -572,3 +572,32 @@ func TestNothingOlderThanMaxLagIsSent(t *testing.T) {
 		t.Error("nothing dropped although the link stood still for 1.5 s")
 	}
 }
+
+// The state loop sleeps when nothing is due: an idle on_demand agent and a live session with
+// nothing playing and its rollover minutes away fire no timer; a reply that plays wakes it once
+// when the playback ends.
+func TestNothingDueNoTimer(t *testing.T) {
+	h := newHarness(t, setup{cfg: agent.Config{Policy: agent.PolicyOnDemand}})
+	time.Sleep(time.Second)
+	if n := agent.TimerWakesForTest(h.sup); n != 0 {
+		t.Errorf("idle on_demand agent: %d timer wake-ups in a second", n)
+	}
+	h.sup.Start()
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	before := agent.TimerWakesForTest(h.sup)
+	time.Sleep(time.Second)
+	if n := agent.TimerWakesForTest(h.sup) - before; n != 0 {
+		t.Errorf("live session, nothing due: %d timer wake-ups in a second", n)
+	}
+	h.stop()
+
+	// A reply plays: the state follows the playback through one deadline at its end.
+	audio := slices.Concat(make([]float32, 4000), tone(16000, 0.3), make([]float32, 16000*30))
+	h = newHarness(t, setup{audio: audio, speed: 1, sim: realtimetest.Options{ForceListenCount: -1}})
+	h.waitFor("speaking", 10*time.Second, isState(agent.StateSpeaking))
+	before = agent.TimerWakesForTest(h.sup)
+	h.waitFor("listening after the reply", 10*time.Second, isState(agent.StateListening))
+	if n := agent.TimerWakesForTest(h.sup) - before; n < 1 || n > 10 {
+		t.Errorf("%d timer wake-ups for the end of one reply's playback", n)
+	}
+}

@@ -248,6 +248,7 @@ func (l *loop) run(captureErr <-chan error) error {
 		case <-s.playCh:
 		case <-l.wake.C:
 			l.wakeAt = time.Time{}
+			s.timerWakes.Add(1)
 		}
 	}
 }
@@ -699,7 +700,7 @@ func (l *loop) activate(lv *live) {
 	}
 	s.backlog.setLimit(durationToSamples(s.liveBuffer()))
 	s.dropping.Store(false)
-	l.lastReason, l.rolloverSince = "", time.Time{}
+	l.rolloverSince = time.Time{}
 	l.lastActive = now
 	s.setState(StateListening, "", func(st *Status) {
 		st.SessionID, st.KVCacheLength, st.QueuePosition, st.QueueWaitS = lv.id, 0, 0, 0
@@ -768,6 +769,7 @@ func (l *loop) judge(lv *live) bool {
 		lv.healthy = l.s.now().Sub(lv.started) >= l.s.cfg.BackoffMax && lv.delivered() > 0
 		if lv.healthy {
 			l.failures = 0
+			l.lastReason = "" // the next failure is news
 		} else {
 			l.failures++
 		}

@@ -90,6 +90,8 @@ type Supervisor struct {
 	pacer    *pacer // used by the sender only
 	lag      lagLimit
 	captured atomic.Int64 // samples read from the source
+	// timerWakes counts the state loop's timer firing (a deadline came): with nothing due, none.
+	timerWakes atomic.Uint64
 
 	muted     atomic.Bool
 	cameraOn  atomic.Bool

@@ -110,7 +110,9 @@ func TestChatFailures(t *testing.T) {
 		{"busy", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultRefuse}}}, exitFailure, "worker_busy"},
 		{"queue full", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultRefuse, Code: "queue_full"}}}, exitFailure, "queue_full"},
 		{"chat disabled", realtimetest.Options{ChatDisabled: true}, exitConfig, "1008"},
-		{"wrong dialect", realtimetest.Options{Dialect: realtimetest.Legacy}, exitConfig, "set dialect: legacy"},
+		// A legacy gateway ignores the current dialect's init, as the real one does: no refusal to
+		// go by, only the unanswered init, with a hint.
+		{"wrong dialect", realtimetest.Options{Dialect: realtimetest.Legacy}, exitFailure, "is this a legacy gateway?"},
 		{"dropped", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultDrop}}}, exitFailure, "cut"},
 		{"closed early", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultClose, Reason: "backend_error"}}}, exitFailure, "backend_error"},
 		{"oversize", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultOversize, Size: 20 << 20}}}, exitFailure, "larger than"},
