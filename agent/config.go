@@ -146,8 +146,55 @@ func (c Config) WithDefaults() Config {
 
 func ptr[T any](v T) *T { return &v }
 
-// Validate reports every field that cannot work (joined errors), each with its path under "session.".
+// Validate reports every field a configuration file may not hold (joined errors), each with its
+// path under "session.": what cannot work (see check), and values outside the range a person
+// can defend. A 1 ns backoff dials thousands of times a second and a 100000 h lag is no
+// conversation: each range says what still makes sense on a satellite.
 func (c Config) Validate() error {
+	var errs []error
+	outside := func(key string, v, lo, hi time.Duration, bounds string) {
+		if v >= 0 && (v < lo || v > hi) { // a negative value is check's
+			errs = append(errs, fmt.Errorf("session.%s: %v is outside %s", key, v, bounds))
+		}
+	}
+	// Audio older than this is stale: beyond ~30 s the conversation is no longer live.
+	outside("max_lag", c.MaxLag, 0, 30*time.Second, "one chunk..30s") // at least a chunk: check
+	// Replayed after a gap or a wake-up: more than 30 s is a monologue from the past.
+	outside("reconnect_buffer", c.ReconnectBuffer, 0, 30*time.Second, "0..30s")
+	outside("pre_roll", c.PreRoll, 0, 10*time.Second, "0..10s")
+	// Shorter ends a session between two sentences; a day is the longest "idle" means anything.
+	outside("idle_timeout", c.IdleTimeout, 5*time.Second, 24*time.Hour, "5s..24h")
+	// A first retry sooner than 0.5 s only hammers a server that just failed (PROTOCOL-FACTS:
+	// fast reconnects can wedge a gateway's queue); after an hour a device is as good as off.
+	outside("backoff_min", c.BackoffMin, 500*time.Millisecond, time.Minute, "500ms..1m")
+	outside("backoff_max", c.BackoffMax, time.Second, time.Hour, "1s..1h")
+	// Servers end sessions after 300 s (video) or 600 s (audio); 0 takes those.
+	if c.TimeLimit != 0 {
+		outside("time_limit", c.TimeLimit, 30*time.Second, 24*time.Hour, "0 (by mode) or 30s..24h")
+	}
+	// At most 2 min, so that it always fits the shortest server limit (300 s).
+	outside("time_margin", c.TimeMargin, time.Second, 2*time.Minute, "1s..2m")
+	outside("switch_wait", c.SwitchWait, time.Second, 2*time.Minute, "1s..2m")
+	outside("listen_grace", c.ListenGrace, 0, 2*time.Second, "0..2s")
+	// Retrying a configuration error more often than every 10 s only hammers a server that
+	// refused; after a day a device is as good as off.
+	outside("config_error_retry", c.ConfigErrorRetry, 10*time.Second, 24*time.Hour, "10s..24h")
+	// Macaw OpenVoice answers more than 1.2× real time with session.rate_limit; twice real time
+	// catches a 3 s gap up in 3 s where a server without a limit is trusted.
+	if c.CatchUpRate > 0 && !(c.CatchUpRate >= 1.05 && c.CatchUpRate <= 2) {
+		errs = append(errs, fmt.Errorf("session.catch_up_rate: %v is outside 1.05..2 (times real time)", c.CatchUpRate))
+	}
+	// The model's context in tokens: MiniCPM-o's is 8192; no model has more than 2^20.
+	if c.ContextLimit < 512 || c.ContextLimit > 1<<20 {
+		errs = append(errs, fmt.Errorf("session.context_limit: %d is outside 512..1048576", c.ContextLimit))
+	}
+	return errors.Join(append(errs, c.check())...)
+}
+
+// check reports the fields that cannot work at all: out of their domain, or contradicting each
+// other. agent.New needs only this (tests run with millisecond backoffs); configuration files
+// also get Validate's ranges.
+func (c Config) check() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	switch c.Policy {
@@ -165,7 +212,8 @@ func (c Config) Validate() error {
 		name string
 		v    time.Duration
 	}{{"max_lag", c.MaxLag}, {"reconnect_buffer", c.ReconnectBuffer}, {"pre_roll", c.PreRoll}, {"idle_timeout", c.IdleTimeout},
-		{"backoff_min", c.BackoffMin}, {"backoff_max", c.BackoffMax}, {"time_margin", c.TimeMargin}, {"switch_wait", c.SwitchWait}} {
+		{"backoff_min", c.BackoffMin}, {"backoff_max", c.BackoffMax}, {"time_margin", c.TimeMargin}, {"switch_wait", c.SwitchWait},
+		{"listen_grace", c.ListenGrace}} {
 		if d.v < 0 {
 			bad("session.%s: %v is negative", d.name, d.v)
 		}
@@ -176,8 +224,8 @@ func (c Config) Validate() error {
 	if c.BackoffMax < c.BackoffMin {
 		bad("session.backoff_max: %v is shorter than backoff_min %v", c.BackoffMax, c.BackoffMin)
 	}
-	if c.ContextLimit < 512 || c.ContextMargin < 0 || c.ContextMargin >= c.ContextLimit {
-		bad("session.context_margin: %d must be between 0 and context_limit %d (≥ 512)", c.ContextMargin, c.ContextLimit)
+	if c.ContextLimit < 1 || c.ContextMargin < 0 || c.ContextMargin >= c.ContextLimit {
+		bad("session.context_margin: %d must be between 0 and context_limit %d", c.ContextMargin, c.ContextLimit)
 	}
 	if c.TimeLimit < 0 || (c.TimeLimit > 0 && c.TimeMargin >= c.TimeLimit) {
 		bad("session.time_margin: %v must be shorter than time_limit %v", c.TimeMargin, c.TimeLimit)
@@ -194,11 +242,12 @@ func (c Config) Validate() error {
 	if c.BargeIn.MinSpeech < 20*time.Millisecond || c.BargeIn.MinSpeech > 5*time.Second {
 		bad("session.barge_in.min_speech: %v is outside 20ms..5s", c.BargeIn.MinSpeech)
 	}
-	if c.ConfigErrorRetry < 10*time.Second || c.ConfigErrorRetry > 24*time.Hour {
-		bad("session.config_error_retry: %v is outside 10s..24h", c.ConfigErrorRetry)
+	if c.ConfigErrorRetry <= 0 {
+		bad("session.config_error_retry: %v is not positive", c.ConfigErrorRetry)
 	}
-	if !(c.CatchUpRate >= 1.05 && c.CatchUpRate <= 2) {
-		bad("session.catch_up_rate: %v is outside 1.05..2 (times real time)", c.CatchUpRate)
+	// At 1 or below a backlog would never be caught up; NaN compares false.
+	if !(c.CatchUpRate > 1 && c.CatchUpRate <= 10) {
+		bad("session.catch_up_rate: %v is outside 1..10 (times real time)", c.CatchUpRate)
 	}
 	return errors.Join(errs...)
 }

@@ -127,7 +127,7 @@ type Supervisor struct {
 // New checks the options and builds a supervisor; nothing runs until Run.
 func New(o Options) (*Supervisor, error) {
 	o.Config = o.Config.WithDefaults()
-	if err := errors.Join(o.Config.Validate(), o.Config.CheckContext(o.Server.Init.Instructions)); err != nil {
+	if err := errors.Join(o.Config.check(), o.Config.CheckContext(o.Server.Init.Instructions)); err != nil {
 		return nil, err
 	}
 	return newSupervisor(o)

@@ -193,11 +193,13 @@ func (c AudioConfig) Validate() error {
 	if *c.Volume < 0 || *c.Volume > 100 {
 		bad("audio.volume: %d is outside 0..100", *c.Volume)
 	}
-	if c.InputLatency < 0 || c.InputLatency > 2*time.Second {
-		bad("audio.input_latency: %v is outside 0..2s", c.InputLatency)
+	// PortAudio rounds up to what the device can do; over 2 s the speaker would answer an
+	// interrupt seconds late.
+	if c.InputLatency < time.Millisecond || c.InputLatency > 2*time.Second {
+		bad("audio.input_latency: %v is outside 1ms..2s", c.InputLatency)
 	}
-	if c.OutputLatency < 0 || c.OutputLatency > 2*time.Second {
-		bad("audio.output_latency: %v is outside 0..2s", c.OutputLatency)
+	if c.OutputLatency < time.Millisecond || c.OutputLatency > 2*time.Second {
+		bad("audio.output_latency: %v is outside 1ms..2s", c.OutputLatency)
 	}
 	if *c.JitterBuffer < 0 || *c.JitterBuffer > 2*time.Second {
 		bad("audio.jitter_buffer: %v is outside 0..2s", *c.JitterBuffer)

@@ -75,6 +75,7 @@ const (
 	defaultStatsInterval  = 60 * time.Second
 	defaultOutboxBytes    = 4 << 20
 	minOutboxBytes        = 4 << 10
+	maxOutboxBytes        = 1 << 30
 	defaultImageInterval  = 10 * time.Second
 )
 
@@ -157,11 +158,13 @@ func (c Config) Validate() error {
 	if c.Keepalive < 0 || (c.Keepalive > 0 && c.Keepalive < time.Second) || c.Keepalive > 18*time.Hour {
 		bad("mqtt.keepalive: %v is outside 1s..18h", c.Keepalive)
 	}
-	if c.ConnectTimeout < 0 {
-		bad("mqtt.connect_timeout: %v is negative", c.ConnectTimeout)
+	// One connection attempt: a slow link needs seconds, never minutes.
+	if c.ConnectTimeout < time.Second || c.ConnectTimeout > 5*time.Minute {
+		bad("mqtt.connect_timeout: %v is outside 1s..5m", c.ConnectTimeout)
 	}
-	if c.MaxReconnectInterval < 0 {
-		bad("mqtt.max_reconnect_interval: %v is negative", c.MaxReconnectInterval)
+	// Reconnects back off up to this: past an hour a broker that came back waits for nothing.
+	if c.MaxReconnectInterval < time.Second || c.MaxReconnectInterval > time.Hour {
+		bad("mqtt.max_reconnect_interval: %v is outside 1s..1h", c.MaxReconnectInterval)
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		bad("mqtt.tls.key_file: a client certificate needs both cert_file and key_file")
@@ -171,14 +174,16 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.StatsInterval > 0 && c.StatsInterval < time.Second {
-		bad("mqtt.stats_interval: %v is shorter than 1s", c.StatsInterval)
+	if c.StatsInterval > 0 && (c.StatsInterval < time.Second || c.StatsInterval > 24*time.Hour) {
+		bad("mqtt.stats_interval: %v is outside 1s..24h (negative: no statistics)", c.StatsInterval)
 	}
 	if c.ImageInterval < time.Second || c.ImageInterval > time.Hour {
 		bad("mqtt.image_interval: %v is outside 1s..1h", c.ImageInterval)
 	}
-	if c.Outbox.MaxBytes < minOutboxBytes {
-		bad("mqtt.outbox.max_bytes: %v is below %v", c.Outbox.MaxBytes, yamlconf.Size(minOutboxBytes))
+	// The outbox lives on the board's storage (often an SD card): 4 MiB holds days of
+	// transcripts, 1 GiB more than a year's; beyond that it only wears the card out.
+	if c.Outbox.MaxBytes < minOutboxBytes || c.Outbox.MaxBytes > maxOutboxBytes {
+		bad("mqtt.outbox.max_bytes: %v is outside %v..%v", c.Outbox.MaxBytes, yamlconf.Size(minOutboxBytes), yamlconf.Size(maxOutboxBytes))
 	}
 	if c.Outbox.Path == "" {
 		bad("mqtt.outbox.path: empty (default <state_dir>/outbox: call Resolve with the state directory)")

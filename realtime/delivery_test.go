@@ -188,3 +188,26 @@ func TestChunksDelivered(t *testing.T) {
 		t.Fatalf("clean close: %+v", r.closed)
 	}
 }
+
+// Close may be called from several places at once; one session.close goes out.
+func TestCloseConcurrently(t *testing.T) {
+	srv := strictServer(t, realtimetest.Options{})
+	s := dial(t, fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio))
+	done := make(chan struct{})
+	for range 3 {
+		go func() {
+			s.Close(context.Background(), "user_stop")
+			done <- struct{}{}
+		}()
+	}
+	for range 3 {
+		<-done
+	}
+	rec, err := srv.WaitEnded(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := slices.Index(rec.Received, "session.close"); n < 0 || slices.Contains(rec.Received[n+1:], "session.close") {
+		t.Fatalf("received %q, want one session.close", rec.Received)
+	}
+}

@@ -20,7 +20,7 @@ import (
 // phase, OpenVoice's unrecoverable errors, and nothing sent after session.close.
 
 // scriptServer runs play on each WebSocket connection it accepts and returns its URL.
-func scriptServer(t *testing.T, play func(ws *websocket.Conn)) string {
+func scriptServer(t testing.TB, play func(ws *websocket.Conn)) string {
 	t.Helper()
 	up := websocket.Upgrader{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

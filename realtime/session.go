@@ -777,20 +777,27 @@ func (s *session) Close(ctx context.Context, reason string) error {
 	if reason == "" {
 		reason = "user_stop"
 	}
-	s.closeReason.Store(reason)
 	s.mu.Lock()
+	first := !s.closing
 	s.closing = true // from here on Send and friends fail, and queued media is dropped
+	close(s.room)    // a Send waiting for room learns it now
+	s.room = make(chan struct{})
 	s.mu.Unlock()
 	wait, cancel := context.WithTimeout(ctx, s.cfg.CloseTimeout)
 	defer cancel()
-	if m, ok := s.codec.closeMsg(reason); ok {
-		m.goodbye = true
-		if err := s.enqueue(wait, m); err == nil {
-			select {
-			case <-s.done:
-			case <-wait.Done():
-				s.log.Debug("realtime: no session.closed in time; dropping the link", "reason", reason)
-			}
+	goodbye, hasGoodbye := s.codec.closeMsg(reason)
+	if first && hasGoodbye { // one session.close, however many callers
+		s.closeReason.Store(reason)
+		goodbye.goodbye = true
+		if err := s.enqueue(wait, goodbye); err != nil {
+			hasGoodbye = false
+		}
+	}
+	if hasGoodbye {
+		select {
+		case <-s.done:
+		case <-wait.Done():
+			s.log.Debug("realtime: no session.closed in time; dropping the link", "reason", reason)
 		}
 	}
 	s.end(nil, reason, "")

@@ -85,27 +85,41 @@ func (s Settings) Validate() error {
 		}
 		errs = append(errs, errors.New("server."+msg))
 	}
+	errs = append(errs, s.ranges(s.Config())...)
 	if s.Token != "" && s.TokenFile != "" {
 		errs = append(errs, errors.New("server.token_file: set either token or token_file, not both"))
 	}
-	errs = append(errs, s.phaseDeadlineProblems()...)
 	return errors.Join(errs...)
 }
 
-// phaseDeadlineProblems checks the phase deadlines against their ranges (zero takes the default).
-func (s Settings) phaseDeadlineProblems() []error {
+// maxHotWords bounds server.hot_words.
+const maxHotWords = 100
+
+// ranges checks the timings and sizes against what a person can defend, beyond what Config
+// needs to work at all (tests dial with millisecond timings; a configuration file may not).
+func (s Settings) ranges(c Config) []error {
 	var errs []error
-	for _, d := range []struct {
-		key      string
-		v        time.Duration
-		min, max time.Duration
-	}{
-		{"init_timeout", s.InitTimeout, minInitTimeout, maxInitTimeout},
-		{"close_timeout", s.CloseTimeout, minCloseTimeout, maxCloseTimeout},
-	} {
-		if d.v > 0 && (d.v < d.min || d.v > d.max) { // negative: Config.Validate says so
-			errs = append(errs, fmt.Errorf("server.%s: %v is outside %v..%v", d.key, d.v, d.min, d.max))
+	outside := func(key string, v, lo, hi time.Duration, bounds string) {
+		if v >= 0 && (v < lo || v > hi) { // negative: Config.Validate says so
+			errs = append(errs, fmt.Errorf("server.%s: %v is outside %s", key, v, bounds))
 		}
+	}
+	// The phase deadlines (zero takes the default); time in the server's queue is not limited.
+	outside("init_timeout", c.InitTimeout, minInitTimeout, maxInitTimeout, fmt.Sprint(minInitTimeout, "..", maxInitTimeout))
+	outside("close_timeout", c.CloseTimeout, minCloseTimeout, maxCloseTimeout, fmt.Sprint(minCloseTimeout, "..", maxCloseTimeout))
+	// Real gateways ping every 20 s: under 1 s is chatter, over a minute lets NATs forget the link.
+	outside("ping_interval", c.PingInterval, time.Second, time.Minute, "1s..1m")
+	outside("dead_link_timeout", c.DeadLinkTimeout, 3*time.Second, 5*time.Minute, "3s..5m")
+	// Connect, TLS and the WebSocket handshake: a slow link needs seconds, never minutes.
+	outside("dial_timeout", c.DialTimeout, time.Second, 2*time.Minute, "1s..2m")
+	// One reply delta of 1 s is ~128 KiB as base64 JSON; servers themselves refuse frames over
+	// 128 MiB (close 1009), and a frame that size is the memory of a small board.
+	if c.MaxFrameBytes >= 4096 && (c.MaxFrameBytes < 256<<10 || c.MaxFrameBytes > 128<<20) { // below 4096: Config.Validate
+		errs = append(errs, fmt.Errorf("server.max_frame_bytes: %v is outside 256KiB..128MiB", yamlconf.Size(c.MaxFrameBytes)))
+	}
+	// OpenVoice's hot words bias the recogniser's prompt, which holds a few hundred tokens.
+	if len(s.HotWords) > maxHotWords {
+		errs = append(errs, fmt.Errorf("server.hot_words: %d words; at most %d", len(s.HotWords), maxHotWords))
 	}
 	return errs
 }

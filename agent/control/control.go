@@ -63,7 +63,7 @@ const maxNewTokens = 8192
 
 // Server serves one agent on a unix socket.
 type Server struct {
-	sup  *agent.Supervisor
+	sup  atomic.Pointer[agent.Supervisor] // nil while the agent is being replaced
 	ln   net.Listener
 	path string
 	log  *slog.Logger
@@ -71,40 +71,79 @@ type Server struct {
 	wg   sync.WaitGroup
 }
 
+// ListenError is a control socket that could not be made.
+type ListenError struct {
+	Path string
+	Err  error
+}
+
+func (e *ListenError) Error() string { return fmt.Sprintf("control socket %s: %v", e.Path, e.Err) }
+func (e *ListenError) Unwrap() error { return e.Err }
+
 // Listen creates the socket at path (its folder too), readable and writable by the owner and the
-// group only. A stale socket left by a crash is replaced; one in use is an error.
+// group only. A stale socket left by a crash is replaced; one in use is an error. sup may be
+// nil until SetAgent.
 func Listen(path string, sup *agent.Supervisor, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+		return nil, &ListenError{Path: path, Err: err}
 	}
 	if _, err := os.Stat(path); err == nil {
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			c.Close()
-			return nil, fmt.Errorf("control socket %s: another omnisat is already listening there", path)
+			return nil, &ListenError{Path: path, Err: errors.New("another omnisat is already listening there")}
 		}
 		os.Remove(path)
 	}
 	ln, err := net.Listen("unix", path)
 	if err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+		return nil, &ListenError{Path: path, Err: err}
 	}
 	if err := os.Chmod(path, 0o660); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+		return nil, &ListenError{Path: path, Err: err}
 	}
-	return &Server{sup: sup, ln: ln, path: path, log: log}, nil
+	srv := &Server{ln: ln, path: path, log: log}
+	srv.SetAgent(sup)
+	return srv, nil
 }
 
-// Serve answers requests until ctx is done, then removes the socket.
+// Accept retries after a failure (out of file descriptors, EMFILE) wait from acceptRetryMin,
+// doubling up to acceptRetryMax while the failures last.
+const (
+	acceptRetryMin = 5 * time.Millisecond
+	acceptRetryMax = time.Second
+)
+
+// Serve answers requests until ctx is done, then removes the socket. A failing Accept (the
+// process out of file descriptors) does not end it: it tries again, backing off, and says so
+// once.
 func (s *Server) Serve(ctx context.Context) {
 	go func() { <-ctx.Done(); s.ln.Close() }()
+	var wait time.Duration
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
-			break
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
+			}
+			if wait == 0 {
+				s.log.Warn("control socket: cannot accept; retrying", "err", err)
+			}
+			wait = min(max(2*wait, acceptRetryMin), acceptRetryMax)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
+			continue
+		}
+		if wait > 0 {
+			s.log.Info("control socket: accepting again")
+			wait = 0
 		}
 		s.wg.Add(1)
 		go func() {
@@ -154,9 +193,24 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 	}
 }
 
+// Close releases a socket that was never served (Serve removes its own when it ends).
+func (s *Server) Close() error {
+	err := s.ln.Close()
+	os.Remove(s.path)
+	return err
+}
+
+// SetAgent makes sup the agent that requests drive from now on (a reload replaced it), or
+// answers every request with "restarting" while sup is nil. Requests already running finish
+// with the agent they began with.
+func (s *Server) SetAgent(sup *agent.Supervisor) { s.sup.Store(sup) }
+
 // Do runs one request (also used in-process by tests and the CLI).
 func (s *Server) Do(ctx context.Context, req Request) Response {
-	sup := s.sup
+	sup := s.sup.Load()
+	if sup == nil {
+		return Response{Error: "the agent is restarting (a configuration reload): try again in a moment"}
+	}
 	ok := func() Response { st := sup.Status(); return Response{OK: true, Status: &st} }
 	switch req.Cmd {
 	case "status":
@@ -199,7 +253,7 @@ func (s *Server) Do(ctx context.Context, req Request) Response {
 		if req.MaxNewTokens < 0 || req.MaxNewTokens > maxNewTokens {
 			return Response{Error: fmt.Sprintf("%s: max_new_tokens %d is outside 1..%d", req.Cmd, req.MaxNewTokens, maxNewTokens)}
 		}
-		return s.await(ctx, req)
+		return s.await(ctx, sup, req)
 	case "":
 		return Response{Error: "no cmd in request"}
 	default:
@@ -211,15 +265,15 @@ func (s *Server) Do(ctx context.Context, req Request) Response {
 }
 
 // await sends say/ask and waits for its Answer event.
-func (s *Server) await(ctx context.Context, req Request) Response {
+func (s *Server) await(ctx context.Context, sup *agent.Supervisor, req Request) Response {
 	id := "ctl-" + strconv.FormatUint(s.ids.Add(1), 10)
-	events, cancel := s.sup.Subscribe(1024)
+	events, cancel := sup.Subscribe(1024)
 	defer cancel()
 	o := agent.TurnOptions{Snapshot: req.Snapshot, MaxNewTokens: req.MaxNewTokens, Thinking: req.Thinking, Voice: req.Voice}
 	if req.Cmd == "say" {
-		s.sup.Say(id, req.Text, o)
+		sup.Say(id, req.Text, o)
 	} else {
-		s.sup.Ask(id, req.Text, o)
+		sup.Ask(id, req.Text, o)
 	}
 	timeout := time.NewTimer(answerTimeout)
 	defer timeout.Stop()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +22,19 @@ import (
 // newServer serves an on_demand agent (it dials nothing until told to) on a socket in a temp dir.
 func newServer(t *testing.T) (string, *agent.Supervisor) {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "run", "control.sock")
+	srv, sup := listen(t, path, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx); close(done) }()
+	go sup.Run(ctx)
+	t.Cleanup(func() { cancel(); <-done })
+	return path, sup
+}
+
+// listen makes an on_demand agent and a control socket for it at path.
+func listen(t *testing.T, path string, log *slog.Logger) (*Server, *agent.Supervisor) {
+	t.Helper()
 	spk := devices.NewFileSpeaker("", 24000)
 	t.Cleanup(func() { spk.Close() })
 	sup, err := agent.New(agent.Options{
@@ -34,17 +48,11 @@ func newServer(t *testing.T) (string, *agent.Supervisor) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "run", "control.sock")
-	srv, err := Listen(path, sup, nil)
+	srv, err := Listen(path, sup, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Serve(ctx); close(done) }()
-	go sup.Run(ctx)
-	t.Cleanup(func() { cancel(); <-done })
-	return path, sup
+	return srv, sup
 }
 
 func TestCommands(t *testing.T) {
@@ -144,4 +152,29 @@ func FuzzRequest(f *testing.F) {
 		var req Request
 		_ = json.Unmarshal(line, &req)
 	})
+}
+
+// A reload replaces the agent behind the socket: between two agents requests are told to try
+// again, and then they reach the new one.
+func TestAgentReplaced(t *testing.T) {
+	dir := t.TempDir()
+	srv, first := listen(t, filepath.Join(dir, "control.sock"), nil)
+	_, second := listen(t, filepath.Join(dir, "other.sock"), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	first.Mute(true)
+	path := filepath.Join(dir, "control.sock")
+	if resp, err := Call(ctx, path, Request{Cmd: "status"}); err != nil || !resp.Status.Muted {
+		t.Fatalf("first agent: %v %+v", err, resp)
+	}
+	srv.SetAgent(nil)
+	if resp, err := Call(ctx, path, Request{Cmd: "status"}); err != nil || resp.OK || !strings.Contains(resp.Error, "restarting") {
+		t.Fatalf("between agents: %v %+v", err, resp)
+	}
+	srv.SetAgent(second)
+	if resp, err := Call(ctx, path, Request{Cmd: "status"}); err != nil || !resp.OK || resp.Status.Muted {
+		t.Fatalf("second agent: %v %+v", err, resp)
+	}
 }

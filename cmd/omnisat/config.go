@@ -44,6 +44,9 @@ type logConfig struct {
 	Format string `yaml:"format"` // text or json
 }
 
+// maxSocketPath is the longest path a unix socket can have (sun_path holds 108 bytes with NUL).
+const maxSocketPath = 107
+
 // simulatorURL stands in for server.url when the built-in simulator replaces the server.
 const simulatorURL = "ws://127.0.0.1:1/v1/realtime"
 
@@ -51,23 +54,29 @@ const simulatorURL = "ws://127.0.0.1:1/v1/realtime"
 type loadOptions struct {
 	// simulator lets server.url be empty (the built-in simulator stands in).
 	simulator bool
-	// stateDir overrides state_dir (the --state-dir flag) before the defaults that derive from
-	// it (control socket, MQTT outbox) are filled in.
+	// stateDir overrides state_dir (the --state-dir flag, relative to the working directory)
+	// before the defaults that derive from it (control socket, MQTT outbox) are filled in.
 	stateDir string
 	// getenv resolves ${VAR} in the file; nil means the process environment.
 	getenv func(string) string
 }
 
-// loadConfig reads, expands, decodes, completes and checks a configuration file. Unknown
-// keys are errors; relative file paths in it are taken from the file's folder. The error joins
-// every problem found (yamlconf.Problems splits them), each naming its key path.
+// loadConfig reads, expands, decodes, completes and checks a configuration file. Only a regular
+// file of at most yamlconf.MaxFileBytes is read. Unknown keys are errors; relative file paths
+// in it are taken from the file's folder. The error joins every problem found
+// (yamlconf.Problems splits them), each naming its key path.
 func loadConfig(path string, o loadOptions) (*fileConfig, error) {
+	raw, err := yamlconf.ReadFile(path, yamlconf.MaxFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return parseConfig(raw, path, o)
+}
+
+// parseConfig is loadConfig for the bytes of the file at path.
+func parseConfig(raw []byte, path string, o loadOptions) (*fileConfig, error) {
 	if o.getenv == nil {
 		o.getenv = os.Getenv
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	var c fileConfig
 	// Decoding problems do not stop here: what decoded is completed and checked as well, so that
@@ -81,7 +90,12 @@ func loadConfig(path string, o loadOptions) (*fileConfig, error) {
 		c.Server.URL = simulatorURL
 	}
 	if o.stateDir != "" {
-		c.StateDir, c.Control.Socket = o.stateDir, ""
+		// A command-line path: relative to the working directory, not to the file.
+		dir, err := filepath.Abs(o.stateDir)
+		if err != nil {
+			return nil, fmt.Errorf("--state-dir %s: %w", o.stateDir, err)
+		}
+		c.StateDir, c.Control.Socket = dir, ""
 	}
 	c.resolvePaths(filepath.Dir(path))
 	c.applyDefaults(o.getenv)
@@ -215,16 +229,13 @@ func (c *fileConfig) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("log.format: %q is not one of text, json", c.Log.Format))
 	}
-	for _, f := range []struct{ key, path string }{{"server.token_file", c.Server.TokenFile}, {"mqtt.password_file", c.MQTT.PasswordFile},
-		{"server.ref_audio", c.Server.RefAudio}, {"server.tts_ref_audio", c.Server.TTSRefAudio}} {
-		if f.path == "" {
-			continue
+	// A unix socket's path is at most 107 bytes (sun_path); a longer one fails only at bind.
+	if sock := c.socketPath(); len(sock) > maxSocketPath {
+		key := "control.socket"
+		if c.Control.Socket == "" {
+			key = "state_dir"
 		}
-		if fh, err := os.Open(f.path); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", f.key, err))
-		} else {
-			fh.Close()
-		}
+		errs = append(errs, fmt.Errorf("%s: %s is %d bytes long; a unix socket path holds at most %d", key, sock, len(sock), maxSocketPath))
 	}
 	return errors.Join(errs...)
 }

@@ -1,18 +1,20 @@
 package main
 
 import (
-	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/omnisat/omnisat/internal/testaudio"
 	"github.com/omnisat/omnisat/internal/yamlconf"
 )
 
@@ -30,6 +32,15 @@ func writeConfig(t *testing.T, text string, mode os.FileMode) string {
 	return path
 }
 
+func absPath(t *testing.T, rel string) string {
+	t.Helper()
+	p, err := filepath.Abs(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func envOf(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
 }
@@ -44,6 +55,7 @@ func TestConfigExample(t *testing.T) {
 	if code != exitOK || out != string(want) {
 		t.Fatalf("config example: exit %d, output differs from %s (%d vs %d bytes)", code, exampleFile, len(out), len(want))
 	}
+	testaudio.Start(t) // the example names the default microphone and speaker: check opens them
 	code, out, stderr := runCLI(t, "config", "check", "-c", exampleFile)
 	if code != exitOK || !strings.Contains(out, ": ok (") || stderr != "" {
 		t.Fatalf("config check of the example: exit %d\n%s%s", code, out, stderr)
@@ -126,10 +138,36 @@ func TestConfigProblems(t *testing.T) {
 		{base + "session:\n  barge_in:\n    min_speech: 1ms\n", `session.barge_in.min_speech: 1ms is outside 20ms..5s`},
 		{base + "camera:\n  quality: 0.5\n", `camera.quality: "0.5" is not a whole number`},
 		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: lots\n", `mqtt.outbox.max_bytes: "lots" is not a size`},
-		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: 1KB\n", `mqtt.outbox.max_bytes: 1000 is below 4KiB`},
+		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: 1KB\n", `mqtt.outbox.max_bytes: 1000 is outside 4KiB..1GiB`},
+		// Every duration, size and count has a range a person can defend, named by its key.
+		{base + "session:\n  backoff_min: 1ns\n", `session.backoff_min: 1ns is outside 500ms..1m`},
+		{base + "session:\n  backoff_max: 2h\n", `session.backoff_max: 2h0m0s is outside 1s..1h`},
+		{base + "session:\n  max_lag: 100000h\n", `session.max_lag: 100000h0m0s is outside one chunk..30s`},
+		{base + "session:\n  reconnect_buffer: 10m\n", `session.reconnect_buffer: 10m0s is outside 0..30s`},
+		{base + "session:\n  pre_roll: 1m\n", `session.pre_roll: 1m0s is outside 0..10s`},
+		{base + "session:\n  idle_timeout: 1s\n", `session.idle_timeout: 1s is outside 5s..24h`},
+		{base + "session:\n  time_limit: 5s\n", `session.time_limit: 5s is outside 0 (by mode) or 30s..24h`},
+		{base + "session:\n  time_margin: 10m\n", `session.time_margin: 10m0s is outside 1s..2m`},
+		{base + "session:\n  switch_wait: 1h\n", `session.switch_wait: 1h0m0s is outside 1s..2m`},
+		{base + "session:\n  listen_grace: 5s\n", `session.listen_grace: 5s is outside 0..2s`},
+		{base + "session:\n  context_limit: 1000000000000\n", `session.context_limit: 1000000000000 is outside 512..1048576`},
+		{base + "session:\n  context_limit: 1e12\n", `session.context_limit: "1e12" is not a whole number`},
+		{base + "session:\n  carry_over_chars: 1000000\n", `session.carry_over_chars: 1000000 is outside 0..20000`},
+		{"server:\n  url: ws://gw/v1/realtime\n  max_frame_bytes: 8GiB\n", `server.max_frame_bytes: 8GiB is outside 256KiB..128MiB`},
+		{"server:\n  url: ws://gw/v1/realtime\n  ping_interval: 10ms\n", `server.ping_interval: 10ms is outside 1s..1m`},
+		{"server:\n  url: ws://gw/v1/realtime\n  dead_link_timeout: 1h\n", `server.dead_link_timeout: 1h0m0s is outside 3s..5m`},
+		{"server:\n  url: ws://gw/v1/realtime\n  dial_timeout: 1ms\n", `server.dial_timeout: 1ms is outside 1s..2m`},
+		{"server:\n  url: ws://gw/v1/realtime\n  hot_words: [" + strings.Repeat("w, ", 100) + "w]\n", `server.hot_words: 101 words; at most 100`},
+		{base + "mqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: 1000GiB\n", `mqtt.outbox.max_bytes: 1000GiB is outside 4KiB..1GiB`},
+		{base + "mqtt:\n  broker: tcp://h\n  connect_timeout: 1h\n", `mqtt.connect_timeout: 1h0m0s is outside 1s..5m`},
+		{base + "mqtt:\n  broker: tcp://h\n  max_reconnect_interval: 100ms\n", `mqtt.max_reconnect_interval: 100ms is outside 1s..1h`},
+		{base + "mqtt:\n  broker: tcp://h\n  stats_interval: 1000h\n", `mqtt.stats_interval: 1000h0m0s is outside 1s..24h`},
+		{base + "audio:\n  input_latency: 1us\n", `audio.input_latency: 1µs is outside 1ms..2s`},
+		{base + "camera:\n  retry: 1h\n", `camera.retry: 1h0m0s is outside 10ms..1m`},
+		{base + "camera:\n  retry_max: 100h\n", `camera.retry_max: 100h0m0s is outside camera.retry..1h`},
+		{base + "control:\n  socket: /" + strings.Repeat("d", 120) + "/control.sock\n", `.sock is 134 bytes long; a unix socket path holds at most 107`},
 		{base + "server:\n", `server: appears twice`},
 		{"server:\n  url: ws://gw/v1/realtime\n  token: ${NOT_SET}\n", `server.token: ${NOT_SET} is not set in the environment`},
-		{"server:\n  url: ws://gw/v1/realtime\n  token_file: missing-token\n", `server.token_file: open `},
 		{"server:\n  url: ws://gw/v1/realtime\n  token: a\n  token_file: b\n", `server.token_file: set either token or token_file, not both`},
 		{base + "log:\n  level: loud\n", `log.level: "loud" is not one of debug, info, warn, error`},
 		{"server: [\n", `not valid YAML`},
@@ -210,7 +248,8 @@ func TestConfigSecrets(t *testing.T) {
 		t.Fatalf("password_file %q", c.MQTT.PasswordFile)
 	}
 
-	literal := "server:\n  url: ws://gw/v1/realtime\n  token: s3cret\nmqtt:\n  broker: tcp://h:1883\n  password: hunter2\n"
+	literal := "server:\n  url: ws://gw/v1/realtime\n  token: s3cret\nmqtt:\n  broker: tcp://h:1883\n  password: hunter2\n" +
+		"audio:\n  input: file:" + absPath(t, "../../configs/demo/hello.wav") + "\n  output: none\nstate_dir: " + dir + "\n"
 	c, err = loadConfig(writeConfig(t, literal, 0o644), loadOptions{getenv: env})
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +275,7 @@ func TestConfigSecrets(t *testing.T) {
 	}
 }
 
-// Which keys change live, which rebuild MQTT only, and which restart the agent.
+// Which keys change live and which sections restart something.
 func TestPlanReload(t *testing.T) {
 	base := "server:\n  url: ws://gw/v1/realtime\nmqtt:\n  broker: tcp://h:1883\n"
 	load := func(extra string) *fileConfig {
@@ -248,21 +287,17 @@ func TestPlanReload(t *testing.T) {
 		return c
 	}
 	old := load("")
-	for _, tt := range []struct {
-		extra               string
-		live, restart       string
-		restartMQTT, reboot bool
-	}{
-		{"", "", "", false, false},
-		{"audio:\n  volume: 30\n", "audio.volume", "", false, false},
-		{"log:\n  level: debug\n", "log.level", "", false, false},
-		{"mqtt:\n  stats_interval: 5s\n", "mqtt.stats_interval", "", false, false},
-		{"mqtt:\n  prefix: x/y\n", "", "mqtt", true, false},
-		{"session:\n  chunk: 500ms\n", "", "session", false, true},
-		{"audio:\n  gain_db: 6\n", "", "audio", false, true},
-		{"camera:\n  quality: 50\n", "", "camera", false, true},
-		{"device_id: other\n", "", "device_id, mqtt", true, true},
-		{"log:\n  format: json\n", "", "log.format", false, true},
+	for _, tt := range []struct{ extra, live, restart string }{
+		{"", "", ""},
+		{"audio:\n  volume: 30\n", "audio.volume", ""},
+		{"log:\n  level: debug\n", "log.level", ""},
+		{"log:\n  format: json\n", "log.format", ""},
+		{"mqtt:\n  stats_interval: 5s\n", "mqtt.stats_interval", ""},
+		{"mqtt:\n  prefix: x/y\n", "", "mqtt"},
+		{"session:\n  chunk: 500ms\n", "", "session"},
+		{"audio:\n  gain_db: 6\n", "", "audio"},
+		{"camera:\n  quality: 50\n", "", "camera"},
+		{"device_id: other\n", "", "device_id, mqtt"},
 	} {
 		text := base + tt.extra
 		if strings.HasPrefix(tt.extra, "mqtt:") {
@@ -273,18 +308,19 @@ func TestPlanReload(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := planReload(old, c)
-		if strings.Join(p.live, ", ") != tt.live || strings.Join(p.restart, ", ") != tt.restart || p.restartMQTT != tt.restartMQTT || p.restartAll != tt.reboot {
+		if strings.Join(p.live, ", ") != tt.live || strings.Join(p.restart, ", ") != tt.restart {
 			t.Errorf("%q: %+v", tt.extra, p)
 		}
 	}
 	instr := load("")
 	instr.Server.Instructions = "new"
-	if p := planReload(old, instr); strings.Join(p.live, ",") != "server.instructions" || p.restartAll {
+	if p := planReload(old, instr); strings.Join(p.live, ",") != "server.instructions" || len(p.restart) > 0 {
 		t.Errorf("instructions: %+v", p)
 	}
 }
 
-// The whole loader (decode, defaults, checks) never panics on a file, whatever it holds.
+// The whole loader (decode, defaults, checks) never panics on a file, whatever it holds, every
+// problem it reports says something, and what it accepts is within every range.
 func FuzzConfig(f *testing.F) {
 	example, err := os.ReadFile(exampleFile)
 	if err != nil {
@@ -293,16 +329,146 @@ func FuzzConfig(f *testing.F) {
 	f.Add(string(example))
 	f.Add(regexp.MustCompile(`(?m)^(\s*)#([a-z_]+:)`).ReplaceAllString(string(example), "$1$2"))
 	f.Add("server:\n  url: ws://gw/v1/realtime\naudio:\n  input: auto\ncamera:\n  source: dir:\nmqtt:\n  broker: ssl://h\n")
+	f.Add("server:\n  url: ws://gw/v1/realtime\n  max_frame_bytes: 8GiB\nsession:\n  backoff_min: 1ns\n  max_lag: 100000h\n  context_limit: 1000000000000\n")
+	f.Add("server:\n  url: ws://gw/v1/realtime\n  config:\n    a: &a [x, x, x, x]\n    b: &b [*a, *a, *a, *a]\n    c: [*b, *b, *b, *b]\n")
+	f.Add("server:\n  url: ${URL:-ws://gw/v1/realtime}\nmqtt:\n  broker: tcp://h\n  outbox:\n    max_bytes: 1000GiB\n  stats_interval: -1s\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		var c fileConfig
-		decodeErr := yamlconf.Decode([]byte(text), &c, envOf(map[string]string{"OMNISAT_TOKEN": "t"}))
-		c.resolvePaths("/etc/omnisat")
-		c.applyDefaults(envOf(nil))
-		err := errors.Join(decodeErr, c.validate())
+		c, err := parseConfig([]byte(text), "/etc/omnisat/omnisat.yaml", loadOptions{getenv: envOf(map[string]string{"OMNISAT_TOKEN": "t"})})
 		for _, p := range yamlconf.Problems(err) {
 			if p.Error() == "" {
 				t.Fatal("a problem without a message")
 			}
 		}
+		if err == nil {
+			if err := c.validate(); err != nil {
+				t.Fatalf("accepted, yet invalid: %v", err)
+			}
+			if c.Session.BackoffMin < 500*time.Millisecond || c.Session.MaxLag > 30*time.Second || c.Server.Config().MaxFrameBytes > 128<<20 ||
+				c.MQTT.Outbox.MaxBytes > 1<<30 || c.Session.ContextLimit > 1<<20 {
+				t.Fatalf("accepted a value out of range: %+v", c)
+			}
+		}
 	})
+}
+
+// The loader reads only a regular file of a bounded size, and refuses the rest at once: a
+// FIFO would block its open, /dev/zero never ends, a 2 MB file is no configuration, and an
+// alias bomb would expand to gigabytes.
+func TestConfigInputBounded(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.yaml")
+	text := "server:\n  url: ws://gw/v1/realtime\n  instructions: |\n" + strings.Repeat("    "+strings.Repeat("x", 100)+"\n", 20_000)
+	os.WriteFile(big, []byte(text), 0o600)
+	bomb := "server:\n  url: ws://gw/v1/realtime\n  config:\n    a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+	for i := 1; i < 10; i++ {
+		bomb += fmt.Sprintf("    a%d: &a%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d, ", i-1), 10), ", "))
+	}
+	bombPath := writeConfig(t, bomb, 0o600)
+	for _, tt := range []struct{ path, want string }{
+		{fifo, "is a named pipe (FIFO), not a regular file"},
+		{"/dev/zero", "is a character device, not a regular file"},
+		{dir, "is a folder, not a regular file"},
+		{big, fmt.Sprintf("is %d bytes; at most 1MiB is read", len(text))},
+		{bombPath, "expands to more than"},
+	} {
+		for _, args := range [][]string{{"config", "check", "-c", tt.path}, {"run", "-c", tt.path, "--state-dir", dir}} {
+			got := make(chan string, 1)
+			go func() { _, _, stderr := runCLI(t, args...); got <- stderr }()
+			select {
+			case stderr := <-got:
+				if !strings.Contains(stderr, tt.want) {
+					t.Errorf("%v: %q, want %q", args, stderr, tt.want)
+				}
+			case <-time.After(20 * time.Second): // a hang detector, not a timing assertion
+				t.Fatalf("%v did not return", args)
+			}
+		}
+	}
+}
+
+// --state-dir is a command-line path: relative to the working directory, as a shell user
+// expects. Relative paths inside the file stay relative to the file's folder.
+func TestStateDirFlagIsRelativeToTheWorkingDirectory(t *testing.T) {
+	path := writeConfig(t, "server:\n  url: ws://gw/v1/realtime\n  token_file: token\nstate_dir: state\n", 0o600)
+	os.WriteFile(filepath.Join(filepath.Dir(path), "token"), []byte("t"), 0o600)
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(path, loadOptions{getenv: envOf(nil)})
+	if err != nil || c.StateDir != filepath.Join(filepath.Dir(path), "state") {
+		t.Fatalf("state_dir from the file: %v %q", err, c.StateDir)
+	}
+	c, err = loadConfig(path, loadOptions{stateDir: "run/state", getenv: envOf(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StateDir != filepath.Join(wd, "run/state") || c.socketPath() != filepath.Join(wd, "run/state/control.sock") ||
+		c.Server.TokenFile != filepath.Join(filepath.Dir(path), "token") {
+		t.Fatalf("--state-dir run/state: state_dir %q, socket %q, token_file %q", c.StateDir, c.socketPath(), c.Server.TokenFile)
+	}
+}
+
+// `config check` opens what the file names, without starting anything, and fails where `run`
+// would: each problem with its key path, exit 1 (and run refuses to start, exit 3).
+func TestConfigCheckOpensWhatItNames(t *testing.T) {
+	dir := t.TempDir()
+	notWAV := filepath.Join(dir, "notes.txt")
+	os.WriteFile(notWAV, []byte("not a WAV file"), 0o600)
+	aFile := filepath.Join(dir, "a-file")
+	os.WriteFile(aFile, nil, 0o600)
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	emptyFrames := t.TempDir()
+	base := "server:\n  url: ws://gw/v1/realtime\naudio:\n  input: file:../../configs/demo/hello.wav\n  output: none\n"
+	base = strings.ReplaceAll(base, "../../configs/demo/hello.wav", absPath(t, "../../configs/demo/hello.wav"))
+	for _, tt := range []struct{ yaml, want string }{
+		{"server:\n  url: ws://gw/v1/realtime\naudio:\n  input: file:missing.wav\n  output: none\n", "audio.input: open " + filepath.Join(dir, "missing.wav") + ": no such file"},
+		{"server:\n  url: ws://gw/v1/realtime\naudio:\n  input: file:" + notWAV + "\n  output: none\n", "audio.input: " + notWAV + ": not a RIFF/WAVE file"},
+		{"server:\n  url: ws://gw/v1/realtime\naudio:\n  input: no such microphone anywhere\n  output: none\n", `audio.input: `},
+		{strings.Replace(base, "output: none", "output: file:"+filepath.Join(aFile, "out.wav"), 1), "audio.output: " + aFile + " is a file, not a folder"},
+		{base + "camera:\n  source: file:" + filepath.Join(dir, "missing.mp4") + "\n", "camera.source: open " + filepath.Join(dir, "missing.mp4") + ": no such file"},
+		{base + "camera:\n  source: dir:" + emptyFrames + "\n", "camera.source: open camera folder " + `"` + emptyFrames + `": no .jpg files`},
+		{base + "camera:\n  source: /dev/null\n", "camera.source: /dev/null is not a camera (not a video4linux device)"},
+		{base + "state_dir: " + aFile + "\n", "state_dir: " + aFile + " is a file, not a folder"},
+		{base + "state_dir: /proc/omnisat\n", "state_dir: /proc is not writable"},
+		{base + "control:\n  socket: " + aFile + "/control.sock\n", "control.socket: " + aFile + " is a file, not a folder"},
+		{strings.Replace(base, "server:\n", "server:\n  token_file: "+fifo+"\n", 1), "server.token_file: " + fifo + " is a named pipe (FIFO)"},
+		{base + "state_dir: " + aFile + "/state\n", "state_dir: " + aFile + "/state cannot be made: " + aFile + " is a file"},
+		{strings.Replace(base, "server:\n", "server:\n  token_file: missing-token\n", 1), "server.token_file: open " + filepath.Join(dir, "missing-token") + ": no such file"},
+		{strings.Replace(base, "server:\n", "server:\n  ref_audio: "+notWAV+"\n", 1), "server.ref_audio: reference voice " + notWAV + ": not a RIFF/WAVE file"},
+		{base + "mqtt:\n  broker: ssl://h:8883\n  tls:\n    ca_file: missing-ca.pem\n", "mqtt.tls.ca_file: open " + filepath.Join(dir, "missing-ca.pem") + ": no such file"},
+		{base + "mqtt:\n  broker: ssl://h:8883\n  tls:\n    ca_file: " + notWAV + "\n", "mqtt.tls.ca_file: \"" + notWAV + "\" holds no PEM certificate"},
+		{base + "mqtt:\n  broker: tcp://h:1883\n  password_file: " + fifo + "\n", "mqtt.password_file: " + fifo + " is a named pipe (FIFO)"},
+		{base + "mqtt:\n  broker: tcp://h:1883\n  outbox:\n    path: " + aFile + "\n", "mqtt.outbox.path: " + aFile + " is a file, not a folder"},
+	} {
+		path := filepath.Join(dir, "omnisat.yaml")
+		os.WriteFile(path, []byte(tt.yaml), 0o600)
+		code, _, stderr := runCLI(t, "config", "check", "-c", path)
+		if code != exitFailure || !strings.Contains(stderr, tt.want) {
+			t.Errorf("config check of %q: exit %d\n%s\nwant %q", tt.yaml, code, stderr, tt.want)
+		}
+		code, _, stderr = runCLI(t, "run", "-c", path)
+		if code != exitConfig || !strings.Contains(stderr, tt.want) {
+			t.Errorf("run with %q: exit %d\n%s\nwant %q", tt.yaml, code, stderr, tt.want)
+		}
+	}
+	// --file-only checks the file alone (a build host has none of the satellite's devices).
+	path := filepath.Join(dir, "omnisat.yaml")
+	os.WriteFile(path, []byte("server:\n  url: ws://gw/v1/realtime\naudio:\n  input: file:missing.wav\n  output: hw:9\nstate_dir: "+aFile+"\n"), 0o600)
+	if code, out, stderr := runCLI(t, "config", "check", "--file-only", "-c", path); code != exitOK || !strings.Contains(out, ": ok (") {
+		t.Errorf("config check --file-only: exit %d\n%s%s", code, out, stderr)
+	}
+	// A V4L2 camera that is not plugged in yet: run waits for it, so check only warns.
+	os.WriteFile(path, []byte(base+"camera:\n  source: /dev/video97\nstate_dir: "+dir+"\n"), 0o600)
+	if code, out, stderr := runCLI(t, "config", "check", "-c", path); code != exitOK ||
+		!strings.Contains(stderr, "warning: camera.source: /dev/video97 does not exist now; run waits for the camera to be plugged in") {
+		t.Errorf("camera not plugged in: exit %d\n%s%s", code, out, stderr)
+	}
 }

@@ -31,11 +31,14 @@ func runConfig(ctx context.Context, env *cliEnv, args []string) int {
 	}
 }
 
-// runConfigCheck loads the file exactly as `run` would and lists every problem, one a line.
+// runConfigCheck loads the file exactly as `run` would, opens what it names (without starting
+// anything) and lists every problem, one a line. --file-only checks the file alone: for a
+// machine other than the satellite (a build host, a workstation), where its devices are not.
 // Exit 0: usable (warnings may still be printed); 1: not usable.
 func runConfigCheck(env *cliEnv, args []string) int {
 	fs := newFlagSet("config check", env, "")
 	path := fs.String("c", defaultConfigPath, "configuration file")
+	fileOnly := fs.Bool("file-only", false, "check the file alone, without opening the files, folders and devices it names")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -43,7 +46,11 @@ func runConfigCheck(env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "omnisat config check: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	cfg, err := loadConfig(*path, loadOptions{getenv: env.getenv})
+	load := loadAndCheck
+	if *fileOnly {
+		load = loadConfig
+	}
+	cfg, err := load(*path, loadOptions{getenv: env.getenv})
 	if err != nil {
 		var ce *configError
 		if !errors.As(err, &ce) {

@@ -135,8 +135,14 @@ func runOmnisat(t *testing.T, bin, cfgPath, stateDir string) (stop func()) {
 // startOmnisat is runOmnisat that also hands out the process and its combined output.
 func startOmnisat(t *testing.T, bin, cfgPath, stateDir string) (cmd *exec.Cmd, logs *syncBuffer, stop func()) {
 	t.Helper()
+	return startOmnisatArgs(t, bin, "run", "-c", cfgPath, "--state-dir", stateDir)
+}
+
+// startOmnisatArgs is startOmnisat with the whole command line.
+func startOmnisatArgs(t *testing.T, bin string, args ...string) (cmd *exec.Cmd, logs *syncBuffer, stop func()) {
+	t.Helper()
 	logs = &syncBuffer{}
-	cmd = exec.Command(bin, "run", "-c", cfgPath, "--state-dir", stateDir)
+	cmd = exec.Command(bin, args...)
 	cmd.Env = os.Environ()
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,7 +58,7 @@ func TestIsJournal(t *testing.T) {
 
 func TestJournalLogLines(t *testing.T) {
 	var buf bytes.Buffer
-	log := newLogger(&buf, logConfig{Level: "debug", Format: "text"}, new(slog.LevelVar), true)
+	log := newLogOutput(&buf, logConfig{Level: "debug", Format: "text"}, true).logger()
 	log.Debug("d")
 	log.Info("i")
 	log.Warn("w")
@@ -72,7 +71,7 @@ func TestJournalLogLines(t *testing.T) {
 	}
 
 	buf.Reset()
-	newLogger(&buf, logConfig{Level: "info", Format: "json"}, new(slog.LevelVar), true).Warn("careful", "n", 1)
+	newLogOutput(&buf, logConfig{Level: "info", Format: "json"}, true).logger().Warn("careful", "n", 1)
 	line, ok := strings.CutPrefix(strings.TrimSpace(buf.String()), "<4>")
 	var rec map[string]any
 	if !ok || json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "careful" || rec["time"] == nil {
@@ -80,7 +79,7 @@ func TestJournalLogLines(t *testing.T) {
 	}
 
 	buf.Reset()
-	newLogger(&buf, logConfig{Level: "info", Format: "text"}, new(slog.LevelVar), false).Info("plain")
+	newLogOutput(&buf, logConfig{Level: "info", Format: "text"}, false).logger().Info("plain")
 	if s := buf.String(); !strings.HasPrefix(s, "time=") {
 		t.Errorf("outside the journal a text line starts with its time: %q", s)
 	}

@@ -110,8 +110,8 @@ func TestChatFailures(t *testing.T) {
 		{"busy", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultRefuse}}}, exitFailure, "worker_busy"},
 		{"queue full", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultRefuse, Code: "queue_full"}}}, exitFailure, "queue_full"},
 		{"chat disabled", realtimetest.Options{ChatDisabled: true}, exitConfig, "1008"},
-		// A legacy gateway ignores the current dialect's init, as the real one does: no refusal to
-		// go by, only the unanswered init, with a hint.
+		// A legacy gateway ignores a current-dialect init: no answer is no proof of the wrong
+		// dialect, so it is a failure (exit 1) whose message points at the likely cause.
 		{"wrong dialect", realtimetest.Options{Dialect: realtimetest.Legacy}, exitFailure, "is this a legacy gateway?"},
 		{"dropped", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultDrop}}}, exitFailure, "cut"},
 		{"closed early", realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultClose, Reason: "backend_error"}}}, exitFailure, "backend_error"},
@@ -211,7 +211,7 @@ func TestRunConfigErrors(t *testing.T) {
 		{"server:\n  url: ws://x/v1/realtime\nsession:\n  chunk: 5s\n", "session.chunk"},
 		{"server: {}\n", "server.url: empty"},
 		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: file:/nonexistent.wav\n", "nonexistent.wav"},
-		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: hw:1\n", `open microphone "hw:1"`},
+		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: hw:1\n", `audio.input: find input device "hw:1"`},
 		{"server:\n  url: ws://x/v1/realtime\naudio:\n  volume: 120\n", "audio.volume: 120"},
 		{"server:\n  url: ws://x/v1/realtime\ncamera:\n  quality: 101\n", "camera.quality: 101"},
 		{"server:\n  url: ws://x/v1/realtime\naudio:\n  input: auto\n", "audio.input_fallback"},

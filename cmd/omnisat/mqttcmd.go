@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/omnisat/omnisat/mqtt"
@@ -30,7 +29,7 @@ func runMQTT(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintln(env.stderr, "omnisat mqtt: no mqtt.broker in the configuration")
 		return exitConfig
 	}
-	br, err := mqtt.New(cfg.MQTT, cfg.DeviceID, version, nil, newLogger(env.stderr, cfg.Log, new(slog.LevelVar), env.journal))
+	br, err := mqtt.New(cfg.MQTT, cfg.DeviceID, version, nil, newLogOutput(env.stderr, cfg.Log, env.journal).logger())
 	if err != nil {
 		fmt.Fprintf(env.stderr, "omnisat mqtt: %v\n", err)
 		return exitConfig

@@ -5,18 +5,18 @@ import (
 	"strings"
 )
 
-// reloadPlan says what a new configuration changes in a running agent.
+// reloadPlan says what a new configuration changes, for the log and the config_reloaded event.
+// What is kept, handed over or rebuilt the satellite decides from the parts themselves:
 //
-//   - live: applied at once, nothing restarts: audio.volume, log.level, mqtt.stats_interval,
-//     and server.instructions (which starts a new session: the prompt is part of its set-up).
-//   - restartMQTT: any other mqtt key; only the MQTT connection is rebuilt.
-//   - restartAll: anything else (server, session, audio, camera, control, device_id,
-//     state_dir, log.format): devices reopen and a new session starts.
+//   - live: applied at once, nothing restarts: audio.volume, log.level, log.format,
+//     mqtt.stats_interval, and server.instructions (a new session carries the new prompt).
+//   - restart: the sections whose change rebuilds something: audio and camera reopen their
+//     devices and restart the agent; server and session restart the agent (its devices are
+//     handed over); mqtt and device_id reconnect MQTT only; control moves the control socket;
+//     state_dir moves the socket and the outbox and restarts the agent (its settings file).
 type reloadPlan struct {
-	live        []string
-	restart     []string
-	restartMQTT bool
-	restartAll  bool
+	live    []string
+	restart []string
 }
 
 func (p reloadPlan) empty() bool { return len(p.live) == 0 && len(p.restart) == 0 }
@@ -44,12 +44,12 @@ func planReload(old, next *fileConfig) reloadPlan {
 	restart := func(key string, a, b any) {
 		if changed(a, b) {
 			p.restart = append(p.restart, key)
-			p.restartAll = true
 		}
 	}
 	live("audio.volume", *old.Audio.Volume, *next.Audio.Volume)
 	live("server.instructions", old.Server.Instructions, next.Server.Instructions)
 	live("log.level", old.Log.Level, next.Log.Level)
+	live("log.format", old.Log.Format, next.Log.Format)
 	live("mqtt.stats_interval", old.MQTT.StatsInterval, next.MQTT.StatsInterval)
 
 	oldServer, nextServer := old.Server, next.Server
@@ -63,13 +63,8 @@ func planReload(old, next *fileConfig) reloadPlan {
 	restart("control", old.socketPath(), next.socketPath())
 	restart("device_id", old.DeviceID, next.DeviceID)
 	restart("state_dir", old.StateDir, next.StateDir)
-	restart("log.format", old.Log.Format, next.Log.Format)
-
 	oldMQTT, nextMQTT := old.MQTT, next.MQTT
 	oldMQTT.StatsInterval, nextMQTT.StatsInterval = 0, 0
-	if changed(oldMQTT, nextMQTT) {
-		p.restart = append(p.restart, "mqtt")
-		p.restartMQTT = true
-	}
+	restart("mqtt", oldMQTT, nextMQTT)
 	return p
 }

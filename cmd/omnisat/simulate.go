@@ -25,7 +25,7 @@ func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
 	fs.BoolVar(&o.ChatDisabled, "chat-disabled", false, "refuse mode=chat with close 1008")
 	fs.IntVar(&o.OpenVoiceTTSRate, "tts-rate", 0, "OpenVoice TTS audio sample rate (default 24000)")
 	models := fs.String("models", "", "OpenVoice: comma-separated STT models the server knows; any other is refused with model_not_found (default: any)")
-	fs.BoolVar(&o.LateQueueLeave, "late-queue-leave", false, "notice a queued client's disconnect only at its next queue update, as the real gateway does; a worker handed to a gone client is lost (jammed)")
+	fs.BoolVar(&o.LateQueueLeave, "late-queue-leave", false, "play the real gateway's queue: updates only on the --queue-update timer, a queued client's disconnect noticed only at its next update, a worker handed to a gone client lost (jammed)")
 	var faults stringList
 	fs.Var(&faults, "fault", "arm a fault (repeatable): drop, stall, invalid-json, oversize, bad-delta, close, refuse, backend-error, stall-init; options after ':' e.g. close:reason=timeout,delay=100ms, close:keep-open=true, refuse:count=2,code=queue_full, backend-error:count=3")
 	verbose := fs.Bool("v", false, "log every connection and protocol violation")

@@ -84,11 +84,15 @@ func (c Config) Validate() error {
 	if !(c.EncodeFPS > 0 && c.EncodeFPS <= 30) {
 		bad("camera.encode_fps: %v is outside 0..30 (0: the default, 1)", c.EncodeFPS)
 	}
-	if c.Retry < 10*time.Millisecond {
-		bad("camera.retry: %v is shorter than 10ms", c.Retry)
+	// A lost camera is looked for again after Retry, doubling up to RetryMax: sooner than
+	// 10 ms is a busy loop, and a camera plugged back in should not wait more than an hour.
+	if c.Retry < 10*time.Millisecond || c.Retry > time.Minute {
+		bad("camera.retry: %v is outside 10ms..1m", c.Retry)
 	}
 	if c.RetryMax < c.Retry {
 		bad("camera.retry_max: %v is shorter than camera.retry (%v)", c.RetryMax, c.Retry)
+	} else if c.RetryMax > time.Hour {
+		bad("camera.retry_max: %v is outside camera.retry..1h", c.RetryMax)
 	}
 	if err := c.jpegOptions().Validate(); err != nil {
 		errs = append(errs, err)

@@ -37,7 +37,7 @@ func Decode(data []byte, out any, getenv func(string) string) error {
 	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
 		return nil
 	}
-	c := checker{getenv: getenv, expanded: map[*yaml.Node]bool{}}
+	c := checker{getenv: getenv, expanded: map[*yaml.Node]bool{}, inside: map[*yaml.Node]bool{}}
 	if !c.walk(root, rv.Elem().Type(), "") {
 		return errors.Join(c.problems...)
 	}
@@ -87,6 +87,9 @@ type checker struct {
 	// visits bounds the walk: aliases can make a small file a huge tree ("billion laughs").
 	visits   int
 	expanded map[*yaml.Node]bool // an aliased scalar is expanded once, not again per use
+	// inside holds the anchored values being walked: an alias to one of them is a cycle
+	// (`b: &b [*b]`), which decoding would expand without end.
+	inside map[*yaml.Node]bool
 }
 
 // maxVisits is far more nodes than any configuration has.
@@ -108,12 +111,11 @@ var (
 // walk checks n against t and reports whether n can be decoded into t. Bad entries inside a
 // mapping are removed from it, so that the rest decodes.
 func (c *checker) walk(n *yaml.Node, t reflect.Type, path string) bool {
-	if c.tooBig(n) {
+	n, leave, ok := c.enter(n, path)
+	if !ok {
 		return false
 	}
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
+	defer leave()
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -147,8 +149,7 @@ func (c *checker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 		}
 		return ok
 	case reflect.Interface:
-		c.expandAll(n, path)
-		return true
+		return c.expandAll(n, path)
 	default:
 		return c.leaf(n, t, path)
 	}
@@ -234,26 +235,48 @@ func (c *checker) leaf(n *yaml.Node, t reflect.Type, path string) bool {
 	return true
 }
 
-// expandAll replaces variables in every scalar under n (free-form sections).
-func (c *checker) expandAll(n *yaml.Node, path string) {
+// enter counts a visit, follows an alias to its value and marks an anchored value as being
+// walked until leave is called. ok is false when the document has grown too big, or (with the
+// problem reported) when the alias leads back into a value that holds it.
+func (c *checker) enter(n *yaml.Node, path string) (target *yaml.Node, leave func(), ok bool) {
 	if c.tooBig(n) {
-		return
+		return n, nil, false
 	}
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		if c.inside[n.Alias] {
+			c.addf(n, path, "an alias refers to the value that holds it")
+			return n, nil, false
+		}
 		n = n.Alias
 	}
+	if n.Anchor == "" || c.inside[n] {
+		return n, func() {}, true
+	}
+	c.inside[n] = true
+	return n, func() { delete(c.inside, n) }, true
+}
+
+// expandAll replaces variables in every scalar under n (free-form sections) and reports whether
+// n can be decoded.
+func (c *checker) expandAll(n *yaml.Node, path string) bool {
+	n, leave, ok := c.enter(n, path)
+	if !ok {
+		return false
+	}
+	defer leave()
 	switch n.Kind {
 	case yaml.ScalarNode:
-		c.expand(n, path)
+		return c.expand(n, path)
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			c.expandAll(n.Content[i+1], join(path, n.Content[i].Value))
+			ok = c.expandAll(n.Content[i+1], join(path, n.Content[i].Value)) && ok
 		}
 	case yaml.SequenceNode:
 		for i, item := range n.Content {
-			c.expandAll(item, fmt.Sprintf("%s[%d]", path, i))
+			ok = c.expandAll(item, fmt.Sprintf("%s[%d]", path, i)) && ok
 		}
 	}
+	return ok
 }
 
 // expand replaces ${VAR} in a scalar. A plain (unquoted) value is typed again after the change,

@@ -1,8 +1,11 @@
 package yamlconf
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -134,6 +137,12 @@ func TestDecodeSyntaxAndShape(t *testing.T) {
 		"zzzzzzzzzz: 1\n":   "zzzzzzzzzz: unknown key; known keys: camera, chunk, extra",
 		"name: ${1BAD}\n":   "${1BAD} is not a variable name",
 		"name: ${OPEN\n":    "has ${ without a closing }",
+		// An alias inside its own anchor is a cycle, which decoding expanded until the
+		// process ran out of memory.
+		"extra:\n  b: &b [*b, x]\n":              "extra.b[0]: an alias refers to the value that holds it (line 2)",
+		"words: &w [*w]\n":                       "words[0]: an alias refers to the value that holds it (line 1)",
+		"camera: &c {quality: 3, source: *c}\n":  "camera.source: an alias refers to the value that holds it (line 1)",
+		"extra: &e {a: {b: [1, *e]}}\nname: x\n": "extra.a.b[1]: an alias refers to the value that holds it (line 1)",
 	} {
 		var c testConfig
 		err := Decode([]byte(src), &c, nil)
@@ -207,6 +216,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add("name: x\nport: 1\nchunk: 1s\nmax: 5MB\nwords: [a]\ntls: {ca_file: y}\ncamera: {quality: 3}\n")
 	f.Add("port: ${PORT:-80}\nextra: {a: &x [1]}\nname: *x\n")
 	f.Add("- [\n")
+	f.Add("extra:\n  b: &b [*b, x]\nwords: &w [*w]\n")
 	f.Fuzz(func(t *testing.T, src string) {
 		var c testConfig
 		err := Decode([]byte(src), &c, env(map[string]string{"PORT": "8080"}))
@@ -214,4 +224,45 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal("an error without a message")
 		}
 	})
+}
+
+// Only a regular file within the limit is read; anything else is refused without reading (a
+// FIFO with no writer would block its open, /dev/zero never ends).
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small.yaml")
+	os.WriteFile(small, []byte("name: x\n"), 0o600)
+	if b, err := ReadFile(small, 100); err != nil || string(b) != "name: x\n" {
+		t.Fatalf("regular file: %q %v", b, err)
+	}
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ path, want string }{
+		{small + "x", "no such file"},
+		{small, "is 8 bytes; at most 4 is read"},
+		{fifo, "is a named pipe (FIFO), not a regular file"},
+		{"/dev/zero", "is a character device, not a regular file"},
+		{dir, "is a folder, not a regular file"},
+	} {
+		limit := int64(100)
+		if tt.path == small {
+			limit = 4
+		}
+		got := make(chan error, 1)
+		go func() { _, err := ReadFile(tt.path, limit); got <- err }()
+		select {
+		case err := <-got:
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s: %v, want %q", tt.path, err, tt.want)
+			}
+		case <-time.After(20 * time.Second): // a hang detector, not a timing assertion
+			t.Fatalf("%s: ReadFile did not return", tt.path)
+		}
+	}
+	// /proc files say size 0 and may hold more: the limit holds whatever stat says.
+	if _, err := ReadFile("/proc/self/maps", 16); err == nil || !strings.Contains(err.Error(), "holds more than 16") {
+		t.Errorf("/proc/self/maps: %v", err)
+	}
 }

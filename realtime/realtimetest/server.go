@@ -88,8 +88,9 @@ type Options struct {
 	// Models are the OpenVoice STT models the server knows; any other model query parameter is
 	// refused with error{code:"model_not_found", recoverable:false} and close 1008. Empty: any.
 	Models []string
-	// LateQueueLeave models the real gateway's queue, which does not read from waiting clients:
-	// it notices that a queued client has gone only when it next writes to it (a queue update).
+	// LateQueueLeave models the real gateway's queue, which does not read from waiting clients
+	// and writes to them only every QueueUpdateInterval (not when a position changes): it
+	// notices that a queued client has gone only at that client's next queue update.
 	// A worker that frees before then is handed to the gone client and never freed again: the
 	// server is jammed (see Server.Jammed) and later clients wait forever.
 	LateQueueLeave bool

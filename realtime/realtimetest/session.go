@@ -437,6 +437,9 @@ func (s *session) waitWorker() bool {
 			s.assign()
 			return true
 		case <-w.moved:
+			if s.srv.opts.LateQueueLeave {
+				continue // the real gateway writes queue updates only on its timer
+			}
 			if update() {
 				return false
 			}
