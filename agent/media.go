@@ -14,8 +14,8 @@ import (
 
 // captureLoop reads the microphone, cuts chunks and queues them. It runs whether or not a session
 // is live, so audio captured while connecting can be kept. It takes whatever block the source
-// delivers (one device period: one wake-up) and works through it in 20 ms steps for voice
-// detection, barge-in and frame sampling.
+// delivers (one device period: one wake-up; at most 100 ms, and never past the chunk's end) and
+// works through it in 20 ms steps for voice detection, barge-in and frame sampling.
 func (s *Supervisor) captureLoop(ctx context.Context) error {
 	chunkSamples := durationToSamples(s.cfg.Chunk)
 	framesEvery := 0
@@ -44,7 +44,13 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 	}
 	for {
 		epoch, mute, wasMuted := s.epoch.Load(), s.muteEpoch.Load(), s.muted.Load()
-		n, err := s.audio.Read(ctx, buf)
+		// Never ask past the chunk's end: a source that waits to fill the buffer then hands the
+		// chunk over the moment its last sample is captured.
+		want := readBlock
+		if room := chunkSamples - len(cur); room > 0 {
+			want = min(want, room)
+		}
+		n, err := s.audio.Read(ctx, buf[:want])
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
