@@ -322,19 +322,23 @@ func TestPacing(t *testing.T) {
 	if len(rec.Appends) < 8 {
 		t.Fatalf("%d chunks in 20 s", len(rec.Appends))
 	}
-	checkRate(t, rec.Appends, 1.1)
+	checkRate(t, rec.Appends)
 }
 
-// checkRate asserts that, after the first chunk, the audio that reached a session never ran
-// ahead of rate × the time since that chunk (with 60 ms for the arrival times' jitter).
-func checkRate(t *testing.T, appends []realtimetest.AppendRecord, rate float64) {
+// checkRate applies the real rate limit (Macaw OpenVoice's): from half a second after a
+// session's first chunk on, the audio that followed it never exceeds 1.2× the time since. The
+// agent aims at 1.1 (catch_up_rate); the margin covers arrival times' jitter on a busy machine.
+func checkRate(t *testing.T, appends []realtimetest.AppendRecord) {
 	t.Helper()
 	audio := 0
 	for _, a := range appends[1:] {
 		audio += a.Samples
-		limit := rate * (a.At.Sub(appends[0].At) + 60*time.Millisecond).Seconds()
-		if float64(audio)/16000 > limit {
-			t.Fatalf("%.2f s of audio arrived %v after the first chunk: faster than %v× real time", float64(audio)/16000, a.At.Sub(appends[0].At), rate)
+		elapsed := a.At.Sub(appends[0].At)
+		if elapsed < 500*time.Millisecond {
+			continue
+		}
+		if rate := float64(audio) / 16000 / elapsed.Seconds(); rate > 1.2 {
+			t.Fatalf("%.2f s of audio arrived %v after the first chunk: %.2f× real time", float64(audio)/16000, elapsed, rate)
 		}
 	}
 }

@@ -53,9 +53,10 @@ func (f *fakeSession) Send(ctx context.Context, c realtime.Chunk) error {
 func (f *fakeSession) Ask(context.Context, realtime.ChatRequest) error {
 	return errors.New("no chat here")
 }
-func (f *fakeSession) Speak(context.Context, string, string) error {
-	return errors.New("no speech here")
+func (f *fakeSession) Speak(context.Context, realtime.Speech) (string, error) {
+	return "", errors.New("no speech here")
 }
+func (f *fakeSession) CommitAudio(context.Context) error  { return nil }
 func (f *fakeSession) CancelSpeech(context.Context) error { return nil }
 func (f *fakeSession) Events() <-chan realtime.Event      { return f.events }
 func (f *fakeSession) Done() <-chan struct{}              { return f.done }

@@ -213,7 +213,7 @@ func TestReplayIsPacedAfterReconnect(t *testing.T) {
 		t.Fatalf("the new session began with audio only %.2f s old", back)
 	}
 	// … and came at the catch-up rate.
-	checkRate(t, last.Appends, 1.1)
+	checkRate(t, last.Appends)
 	h.noRejections()
 }
 

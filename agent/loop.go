@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/omnisat/omnisat/pipeline"
 	"github.com/omnisat/omnisat/realtime"
 )
 
@@ -47,6 +48,8 @@ type live struct {
 	replyText  strings.Builder
 	replyStart time.Time
 	lastDelta  time.Duration // duration of the newest reply audio delta
+	// resampler brings reply audio at another rate (OpenVoice's TTS rate) to the speaker's 24 kHz.
+	resampler *pipeline.Resampler
 
 	says []*pendingSay // OpenVoice tts.speak requests waiting for tts.speaking_end, oldest first
 }
@@ -816,7 +819,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		}
 		l.openReply(lv)
 		lv.lastDelta = time.Duration(len(ev.Samples)) * time.Second / time.Duration(ev.SampleRate)
-		s.speaker.Play(ev.Samples)
+		s.speaker.Play(lv.toSpeakerRate(ev, s.log))
 		l.lastActive = s.now()
 	case realtime.TurnDone:
 		if lv == l.cur {
@@ -859,13 +862,40 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 			s.bus.publish(VoiceActivity{Source: "server", Speaking: ev.Speaking, At: s.now()})
 		}
 	case realtime.TTSState:
+		if !ev.Speaking && lv.resampler != nil && lv == l.cur {
+			s.speaker.Play(lv.resampler.Flush(nil)) // the tail the filter held back
+		}
 		l.ttsState(lv, ev.Speaking)
 		l.updatePlayback()
+	case realtime.FramesDropped:
+		s.log.Warn("agent: the server dropped audio (it was sent faster than it takes)", "dropped", ev.Dropped)
+		s.bus.publish(Lifecycle{Kind: "audio_dropped", SessionID: lv.id, At: s.now(),
+			Reason: fmt.Sprintf("the server dropped %v of audio: %s", ev.Dropped, ev.Message)})
+	case realtime.RateLimit:
+		// The session already holds its audio back as asked.
+		s.log.Debug("agent: the server asks to slow down", "delay", ev.Delay)
 	case realtime.ErrorEvent:
 		s.log.Warn("agent: server problem (session continues)", "err", ev.Err)
 		s.bus.publish(Lifecycle{Kind: "error", SessionID: lv.id, Reason: ev.Err.Error(), At: s.now()})
 		l.sayFailed(lv, ev.Err.Error())
 	}
+}
+
+// toSpeakerRate returns the delta's samples at the speaker's 24 kHz, resampling audio tagged
+// with another rate (an OpenVoice server's TTS rate).
+func (lv *live) toSpeakerRate(ev realtime.AudioDelta, log interface{ Warn(string, ...any) }) []float32 {
+	if ev.SampleRate == outputRate || ev.SampleRate <= 0 {
+		return ev.Samples
+	}
+	if lv.resampler == nil || lv.resampler.InRate() != ev.SampleRate {
+		r, err := pipeline.NewResampler(ev.SampleRate, outputRate)
+		if err != nil {
+			log.Warn("agent: reply audio at an unplayable rate", "rate", ev.SampleRate, "err", err)
+			return nil
+		}
+		lv.resampler = r
+	}
+	return lv.resampler.Process(nil, ev.Samples)
 }
 
 func (l *loop) openReply(lv *live) {
@@ -1236,7 +1266,7 @@ func (l *loop) speakOpenVoice(id, text, voice string) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
-	err := l.cur.sess.Speak(ctx, text, voice)
+	_, err := l.cur.sess.Speak(ctx, realtime.Speech{Text: text, Voice: voice})
 	cancel()
 	if err != nil {
 		s.bus.publish(Answer{ID: id, Error: err.Error()})

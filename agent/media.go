@@ -18,6 +18,10 @@ import (
 // works through it in 20 ms steps for voice detection, barge-in and frame sampling.
 func (s *Supervisor) captureLoop(ctx context.Context) error {
 	chunkSamples := durationToSamples(s.cfg.Chunk)
+	if n := s.server.AudioFrameSamples(); n > 0 {
+		// OpenVoice's VAD judges each frame whole: send it small frames as they are captured.
+		chunkSamples = n
+	}
 	framesEvery := 0
 	if s.server.Mode == realtime.ModeVideo && s.cfg.FramesPerChunk > 0 {
 		framesEvery = chunkSamples / s.cfg.FramesPerChunk

@@ -74,3 +74,34 @@ func BenchmarkDecodeAudioDelta1s(b *testing.B) {
 		})
 	}
 }
+
+// OpenVoice's PCM16 paths: one second of 16 kHz microphone audio into 40 ms binary frames, and one
+// second of 24 kHz TTS audio (4096-byte frames, as the server sends them) back to samples.
+func BenchmarkOpenVoicePCM16(b *testing.B) {
+	b.Run("encode_1s", func(b *testing.B) {
+		o := &openVoice{frame: 640}
+		ch := Chunk{Audio: sine(InputSampleRate)}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := o.chunk(ch, Init{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms-cpu/s-media")
+	})
+	b.Run("decode_1s", func(b *testing.B) {
+		o := &openVoice{ttsRate: 24000}
+		pcm := appendPCM16(nil, sine(24000))
+		b.ReportAllocs()
+		for b.Loop() {
+			n := 0
+			for f := pcm; len(f) > 0; f = f[min(4096, len(f)):] {
+				o.decode(true, f[:min(4096, len(f))], func(ev Event) { n += len(ev.(AudioDelta).Samples) })
+			}
+			if n != 24000 {
+				b.Fatalf("%d samples", n)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms-cpu/s-media")
+	})
+}

@@ -128,6 +128,10 @@ func Chat(ctx context.Context, cfg Config, r ChatRequest, onEvent func(Event)) (
 				reply.Text = text.String()
 			}
 			reply.Audio = append(reply.Audio, ev.Audio...)
+			if reply.Text == "" && len(reply.Audio) == 0 {
+				return true, &Error{Class: ClassRetryable, Code: CodeEmptyReply, Event: "response.done",
+					Message: "chat: the turn ended with neither text nor audio"}
+			}
 			return true, nil
 		}
 		return false, nil
@@ -166,8 +170,10 @@ func collectReply(ctx context.Context, s Session, what string, onEvent func(Even
 	}
 }
 
-// Synthesize speaks text on an OpenVoice server (tts.speak) and returns the audio.
-func Synthesize(ctx context.Context, cfg Config, text, voice string, onEvent func(Event)) (*Reply, error) {
+// Synthesize speaks on an OpenVoice server (tts.speak) and returns the audio, at the server's
+// TTS rate (Config.OpenVoiceTTSRate). It ends at the request's tts.speaking_end; a server error
+// ends it at once (a failed synthesis sends nothing else), and a cancelled synthesis is an error.
+func Synthesize(ctx context.Context, cfg Config, r Speech, onEvent func(Event)) (*Reply, error) {
 	if cfg.Dialect != DialectOpenVoice {
 		return nil, &Error{Class: ClassConfig, Code: CodeConfig, Message: "synthesize: needs the openvoice dialect"}
 	}
@@ -176,20 +182,23 @@ func Synthesize(ctx context.Context, cfg Config, text, voice string, onEvent fun
 		return nil, err
 	}
 	defer s.Close(context.Background(), "done")
-	if err := s.Speak(ctx, text, voice); err != nil {
+	id, err := s.Speak(ctx, r)
+	if err != nil {
 		return nil, asError(err, "send tts.speak")
 	}
 	reply := &Reply{SessionID: s.Info().ID, SampleRate: cfg.withDefaults().OpenVoiceTTSRate}
-	started := false
 	err = collectReply(ctx, s, "synthesize", onEvent, func(ev Event) (bool, error) {
 		switch ev := ev.(type) {
 		case AudioDelta:
 			reply.Audio = append(reply.Audio, ev.Samples...)
 		case TTSState:
-			if ev.Speaking {
-				started = true
-			} else if started {
-				reply.Text = text
+			switch {
+			case ev.Speaking || ev.RequestID != id:
+			case ev.Cancelled:
+				return true, &Error{Class: ClassRetryable, Code: CodeSpeechCancelled, Event: "tts.speaking_end",
+					Message: "synthesize: the server cancelled the speech before it was complete"}
+			default:
+				reply.Text = r.Text
 				return true, nil
 			}
 		}

@@ -105,14 +105,33 @@ func TestDecodeOpenVoice(t *testing.T) {
 		frame  string
 		want   []Event
 	}{
-		{"created", false, `{"type":"session.created","session_id":"abc123"}`, []Event{createdSignal{Info{ID: "abc123"}}}},
-		{"speech start", false, `{"type":"vad.speech_start","timestamp":1234567890.123}`, []Event{VAD{Speaking: true}}},
-		{"partial", false, `{"type":"transcript.partial","text":"Hello how can"}`, []Event{Transcript{Text: "Hello how can"}}},
-		{"final", false, `{"type":"transcript.final","text":"Hello.","language":"en","duration":3.42}`,
+		{"created", false, `{"type":"session.created","session_id":"sess_0123456789ab","model":"fw","config":{"vad_sensitivity":"normal"}}`,
+			[]Event{createdSignal{Info{ID: "sess_0123456789ab"}}}},
+		{"speech start", false, `{"type":"vad.speech_start","timestamp_ms":1200}`, []Event{VAD{Speaking: true, Timestamp: 1200 * time.Millisecond}}},
+		{"speech start, seed document", false, `{"type":"vad.speech_start","timestamp":1.5}`, []Event{VAD{Speaking: true, Timestamp: 1500 * time.Millisecond}}},
+		{"partial", false, `{"type":"transcript.partial","text":"Hello how can","segment_id":3,"timestamp_ms":500}`,
+			[]Event{Transcript{Text: "Hello how can", SegmentID: 3, Timestamp: 500 * time.Millisecond}}},
+		{"final", false, `{"type":"transcript.final","text":"Hello there.","segment_id":3,"start_ms":120,"end_ms":1620,"language":"en","confidence":0.91,` +
+			`"words":[{"word":"Hello","start":0.12,"end":0.6},{"word":"there.","start":0.7,"end":1.62}]}`,
+			[]Event{Transcript{Text: "Hello there.", Final: true, SegmentID: 3, Language: "en", Duration: 1500 * time.Millisecond,
+				Start: 120 * time.Millisecond, End: 1620 * time.Millisecond, Confidence: 0.91,
+				Words: []Word{{"Hello", 120 * time.Millisecond, 600 * time.Millisecond}, {"there.", 700 * time.Millisecond, 1620 * time.Millisecond}}}}},
+		{"final without times: the words' span", false, `{"type":"transcript.final","text":"Hi","segment_id":0,"start_ms":0,"end_ms":0,"language":null,` +
+			`"confidence":null,"words":[{"word":"Hi","start":0.25,"end":0.5}]}`,
+			[]Event{Transcript{Text: "Hi", Final: true, Duration: 250 * time.Millisecond, Words: []Word{{"Hi", 250 * time.Millisecond, 500 * time.Millisecond}}}}},
+		{"final, seed document", false, `{"type":"transcript.final","text":"Hello.","language":"en","duration":3.42}`,
 			[]Event{Transcript{Text: "Hello.", Final: true, Language: "en", Duration: 3420 * time.Millisecond}}},
-		{"speech end", false, `{"type":"vad.speech_end","timestamp":1.5}`, []Event{VAD{Speaking: false}}},
-		{"tts start", false, `{"type":"tts.speaking_start"}`, []Event{TTSState{Speaking: true}}},
-		{"tts end", false, `{"type":"tts.speaking_end"}`, []Event{TTSState{Speaking: false}}},
+		{"speech end", false, `{"type":"vad.speech_end","timestamp_ms":1620}`, []Event{VAD{Speaking: false, Timestamp: 1620 * time.Millisecond}}},
+		{"tts start", false, `{"type":"tts.speaking_start","request_id":"r1","timestamp_ms":180}`, []Event{TTSState{Speaking: true, RequestID: "r1"}}},
+		{"tts end", false, `{"type":"tts.speaking_end","request_id":"r1","timestamp_ms":900,"duration_ms":900,"cancelled":false}`,
+			[]Event{TTSState{RequestID: "r1", Duration: 900 * time.Millisecond}}},
+		{"tts cancelled", false, `{"type":"tts.speaking_end","request_id":"r1","timestamp_ms":90,"duration_ms":90,"cancelled":true}`,
+			[]Event{TTSState{RequestID: "r1", Duration: 90 * time.Millisecond, Cancelled: true}}},
+		{"rate limit", false, `{"type":"session.rate_limit","delay_ms":40,"message":"Client sending faster than real-time, please throttle"}`,
+			[]Event{rateLimitSignal{RateLimit{Delay: 40 * time.Millisecond, Message: "Client sending faster than real-time, please throttle"}}}},
+		{"frames dropped", false, `{"type":"session.frames_dropped","dropped_ms":40,"message":"Backlog exceeded, 40ms of audio dropped"}`,
+			[]Event{FramesDropped{Dropped: 40 * time.Millisecond, Message: "Backlog exceeded, 40ms of audio dropped"}}},
+		{"hold ignored", false, `{"type":"session.hold","timestamp_ms":30000,"hold_timeout_ms":300000}`, nil},
 		{"tts audio", true, string(pcm), []Event{AudioDelta{Samples: []float32{0.5, -0.5}, SampleRate: 22050}}},
 		{"recoverable error", false, `{"type":"error","message":"Worker connection lost","recoverable":true}`,
 			[]Event{serverErrSignal{&Error{Class: ClassProtocol, Code: "openvoice_error", Event: "error", Message: "server error openvoice_error: Worker connection lost"}}}},
@@ -127,7 +146,7 @@ func TestDecodeOpenVoice(t *testing.T) {
 			[]Event{fatalSignal{&Error{Class: ClassConfig, Code: "invalid_request", Event: "error",
 				Message: "the server refused the session: invalid_request: Query parameter 'model' is required; check server.model"}}}},
 		{"closed", false, `{"type":"session.closed","reason":"inactivity_timeout","total_duration_ms":61000,"segments_transcribed":2}`,
-			[]Event{closedSignal{reason: "inactivity_timeout"}}},
+			[]Event{closedSignal{reason: "inactivity_timeout", duration: 61 * time.Second, segments: 2}}},
 		{"unknown ignored", false, `{"type":"something.new"}`, nil},
 	}
 	for _, tt := range tests {
@@ -155,6 +174,9 @@ func TestDecodeBadInput(t *testing.T) {
 		{"garbage base64", &miniCPM{}, false, `{"type":"response.output.delta","kind":"audio","audio":"!!!!"}`, CodeBadField, "response.output.delta"},
 		{"partial sample", &miniCPM{}, false, `{"type":"response.output.delta","kind":"audio","audio":"AAAAAAA="}`, CodeBadField, "response.output.delta"},
 		{"nan sample", &miniCPM{}, false, `{"type":"response.output.delta","kind":"audio","audio":"` + f32b64(float32(math.NaN())) + `"}`, CodeBadField, "response.output.delta"},
+		{"text delta without text", &miniCPM{}, false, `{"type":"response.output.delta","kind":"text","response_id":"r"}`, CodeBadField, "response.output.delta"},
+		{"text delta with null text", &miniCPM{}, false, `{"type":"response.output.delta","kind":"text","text":null}`, CodeBadField, "response.output.delta"},
+		{"audio delta without audio", &miniCPM{}, false, `{"type":"response.output.delta","kind":"audio","response_id":"r"}`, CodeBadField, "response.output.delta"},
 		{"legacy garbage", &miniCPM{legacy: true}, false, `{"type":"response.output_audio.delta","audio":"%%%","end_of_turn":false}`, CodeBadField, "response.output_audio.delta"},
 		{"binary to minicpm", &miniCPM{}, true, "\x00\x01", CodeBadField, "binary"},
 		{"odd pcm", &openVoice{ttsRate: 24000}, true, "\x00\x01\x02", CodeBadField, "binary"},
@@ -241,10 +263,13 @@ func TestEncodeInit(t *testing.T) {
 		t.Fatal("reference audio is not raw float32")
 	}
 
-	ov := mustMsgs((&openVoice{}).initMsgs(Init{VADSensitivity: "high", Language: "en", HotWords: []string{"Macaw"}, TTSModel: "kokoro-v1"}))
+	itn := false
+	ov := mustMsgs((&openVoice{}).initMsgs(Init{VADSensitivity: "high", Language: "en", HotWords: []string{"Macaw"}, TTSModel: "kokoro-v1",
+		SilenceTimeout: 1500 * time.Millisecond, HoldTimeout: 10 * time.Minute, EnableITN: &itn}))
 	got = decodeJSON(t, ov[0].data)
-	want = map[string]any{"type": "session.configure", "vad": map[string]any{"sensitivity": "high"}, "language": "en",
-		"hot_words": []any{"Macaw"}, "tts_model": "kokoro-v1"}
+	// Flat, under the names the server reads (it drops vad.sensitivity and tts_model unread).
+	want = map[string]any{"type": "session.configure", "vad_sensitivity": "high", "language": "en",
+		"hot_words": []any{"Macaw"}, "model_tts": "kokoro-v1", "silence_timeout_ms": 1500.0, "hold_timeout_ms": 600000.0, "enable_itn": false}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("openvoice configure\n got  %v\n want %v", got, want)
 	}
@@ -271,7 +296,7 @@ func TestEncodeChunk(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("current append mismatch")
 	}
-	if samples, err := decodeFloat32Base64(got["input"].(map[string]any)["audio"].(string)); err != nil || !reflect.DeepEqual(samples, audio) {
+	if samples, err := decodeFloat32Base64([]byte(got["input"].(map[string]any)["audio"].(string))); err != nil || !reflect.DeepEqual(samples, audio) {
 		t.Fatalf("audio does not round-trip: %v", err)
 	}
 
@@ -299,9 +324,14 @@ func TestEncodeChunk(t *testing.T) {
 		}
 	}
 
-	m, err = (&openVoice{}).chunk(Chunk{Audio: []float32{0.5, -1, 2}}, Init{})
-	if err != nil || !m.binary || string(m.data) != "\xff\x3f\x01\x80\xff\x7f" {
-		t.Fatalf("openvoice pcm16 % x, %v", m.data, err)
+	m, err = (&openVoice{frame: 640}).chunk(Chunk{Audio: []float32{0.5, -1, 2}}, Init{})
+	if err != nil || !m.binary || string(m.data) != "\xff\x3f\x01\x80\xff\x7f" || len(m.splits) != 0 {
+		t.Fatalf("openvoice pcm16 % x %v, %v", m.data, m.splits, err)
+	}
+	// A chunk longer than a frame goes out as frames of at most 40 ms.
+	m, _ = (&openVoice{frame: 640}).chunk(Chunk{Audio: make([]float32, 16000)}, Init{})
+	if len(m.splits) != 24 || m.splits[0] != 1280 || m.splits[23] != 24*1280 || len(m.data) != 32000 {
+		t.Fatalf("1 s chunk split at %v", m.splits)
 	}
 }
 
@@ -311,12 +341,24 @@ func TestEncodeControl(t *testing.T) {
 		t.Fatalf("close %v", got)
 	}
 	ov := &openVoice{}
-	m, err := ov.speak("Hello", "default")
-	if err != nil || !reflect.DeepEqual(decodeJSON(t, m.data), map[string]any{"type": "tts.speak", "text": "Hello", "voice": "default"}) {
+	m, id, err := ov.speak(Speech{Text: "Hello", Voice: "default", RequestID: "r1", Speed: 1.25})
+	if err != nil || id != "r1" || !reflect.DeepEqual(decodeJSON(t, m.data),
+		map[string]any{"type": "tts.speak", "text": "Hello", "voice": "default", "request_id": "r1", "speed": 1.25}) {
 		t.Fatalf("speak %s %v", m.data, err)
 	}
-	if _, err := ov.speak("", ""); err == nil {
-		t.Fatal("empty speak accepted")
+	if m, id, _ := ov.speak(Speech{Text: "Hi"}); !strings.HasPrefix(id, "omnisat_") || decodeJSON(t, m.data)["request_id"] != id {
+		t.Fatalf("speak without id: %s, id %q", m.data, id)
+	}
+	for _, bad := range []Speech{{}, {Text: "x", Speed: 5}} {
+		if _, _, err := ov.speak(bad); err == nil {
+			t.Fatalf("speak %+v accepted", bad)
+		}
+	}
+	if m, _ := ov.commit(); string(m.data) != `{"type":"input_audio_buffer.commit"}` {
+		t.Fatalf("commit %s", m.data)
+	}
+	if m, ok := ov.closeMsg(ReasonCancel); !ok || string(m.data) != `{"type":"session.cancel"}` {
+		t.Fatalf("openvoice cancel %s", m.data)
 	}
 	m, _ = ov.cancelSpeech()
 	if string(m.data) != `{"type":"tts.cancel"}` {
@@ -325,8 +367,11 @@ func TestEncodeControl(t *testing.T) {
 	if m, ok := ov.closeMsg("x"); !ok || string(m.data) != `{"type":"session.close"}` {
 		t.Fatalf("openvoice close %s", m.data)
 	}
-	if _, err := (&miniCPM{}).speak("x", ""); err == nil {
+	if _, _, err := (&miniCPM{}).speak(Speech{Text: "x"}); err == nil {
 		t.Fatal("minicpm speak accepted")
+	}
+	if _, err := (&miniCPM{}).commit(); err == nil {
+		t.Fatal("minicpm commit accepted")
 	}
 }
 
@@ -370,7 +415,7 @@ func TestFloat32Base64RoundTrip(t *testing.T) {
 		if want := base64.StdEncoding.EncodedLen(4 * n); len(enc) != want {
 			t.Fatalf("n=%d: %d base64 bytes, want %d", n, len(enc), want)
 		}
-		out, err := decodeFloat32Base64(string(enc))
+		out, err := decodeFloat32Base64(enc)
 		if err != nil || len(out) != n || (n > 0 && !reflect.DeepEqual(out, in)) {
 			t.Fatalf("n=%d: round trip failed: %v", n, err)
 		}
@@ -417,6 +462,9 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Dialect = DialectOpenVoice }, "model: empty"},
 		{func(c *Config) { c.Init.MaxSliceNums = 12 }, "max_slice_nums"},
 		{func(c *Config) { c.DeadLinkTimeout = time.Second }, "dead_link_timeout"},
+		{func(c *Config) { c.OpenVoiceFrame = 250 * time.Millisecond }, "openvoice_frame: 250ms is outside 20ms..100ms"},
+		{func(c *Config) { c.Init.SilenceTimeout = 500 * time.Millisecond }, "init.silence_timeout: 500ms is outside 1s..10m0s"},
+		{func(c *Config) { c.Init.HoldTimeout = 2 * time.Hour }, "init.hold_timeout"},
 	} {
 		c := ok
 		tt.mod(&c)
@@ -427,7 +475,40 @@ func TestConfigValidate(t *testing.T) {
 	if got := (Config{URL: "wss://h:1", Mode: ModeAudio}).endpoint(); got != "wss://h:1/v1/realtime?mode=audio" {
 		t.Fatalf("endpoint %s", got)
 	}
-	if got := (Config{URL: "ws://h/x?token=1", Dialect: DialectOpenVoice, Model: "fw"}).endpoint(); got != "ws://h/x?model=fw&token=1" {
+	if got := (Config{URL: "ws://h/x?token=1", Dialect: DialectOpenVoice, Model: "fw", Init: Init{Language: "pt"}}).endpoint(); got != "ws://h/x?language=pt&model=fw&token=1" {
 		t.Fatalf("endpoint %s", got)
+	}
+}
+
+// The fast path takes the frames real servers send with audio, and leaves anything unusual to
+// the general decoder (FuzzFastFrame checks that the events agree).
+func TestFastFrameTakesTheHotFrames(t *testing.T) {
+	a := f32b64(0.5, -0.25)
+	for _, tt := range []struct {
+		frame string
+		fast  bool
+	}{
+		{`{"type":"response.output.delta","kind":"audio","session_id":"s","response_id":"s_resp_1","input_id":"i","audio":"` + a + `","metrics":{"kv_cache_length":3},"server_send_ts":1.5}`, true},
+		{`{"type": "response.output_audio.delta", "text": "\u4f60\u597d", "audio": "` + a + `", "end_of_turn": false, "kv_cache_length": 9}`, true},
+		{`{"type":"response.done","text":"t","audio":"` + a + `"}`, true},
+		{`{"type":"response.output.delta","kind":"text","text":"no audio here"}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":"` + a + `","AUDIO":"` + a + `"}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":"` + a + `","audio":"` + a + `"}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":"AAAA\/AAA"}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":null}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":"` + a + `"}]`, false},
+		{`{"type":"response.output.delta","kind":5,"audio":"` + a + `"}`, false},
+		{`{"type":"response.output.delta","kind":"audio","audio":"!!!!"}`, false},
+	} {
+		c := &miniCPM{mode: ModeAudio, legacy: strings.Contains(tt.frame, "output_audio")}
+		if _, ok := c.fastFrame([]byte(tt.frame)); ok != tt.fast {
+			t.Errorf("fast path %v for %s, want %v", ok, tt.frame, tt.fast)
+		}
+		if !reflect.DeepEqual(collect(c, false, tt.frame), func() (out []Event) {
+			c.decodeGeneral(false, []byte(tt.frame), func(ev Event) { out = append(out, ev) })
+			return out
+		}()) {
+			t.Errorf("fast and general decoders disagree on %s", tt.frame)
+		}
 	}
 }

@@ -51,6 +51,8 @@ const (
 	CodeSessionClosed   = "session_closed"   // session.closed from the server (see Reason)
 	CodeClosed          = "closed"           // the session was closed by us
 	CodeWriteFailed     = "write_failed"     // a frame could not be written
+	CodeEmptyReply      = "empty_reply"      // a turn ended with neither text nor audio
+	CodeSpeechCancelled = "speech_cancelled" // OpenVoice ended a synthesis as cancelled
 )
 
 // Error is what every failure of this package is. Use errors.As to read it, or ClassOf.

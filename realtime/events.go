@@ -39,17 +39,64 @@ type MetricsUpdate struct{ Metrics Metrics }
 
 // Transcript is the user's speech as text (OpenVoice transcript.partial/final).
 type Transcript struct {
-	Text     string
-	Final    bool
-	Language string
+	Text  string
+	Final bool
+	// SegmentID numbers the speech segments of a session (0, 1, ...); a final and the partials
+	// before it share one.
+	SegmentID int
+	Language  string // finals only; "" when the server did not say
+	// Duration is how long the segment's speech lasted (finals): the server's end_ms − start_ms,
+	// else the span of its words; 0 when it says neither.
+	Duration time.Duration
+	// Start and End are the speech's bounds within the segment as the server reports them
+	// (finals), Timestamp the partial's stream time.
+	Start, End, Timestamp time.Duration
+	// Confidence is the server's 0..1 confidence in a final, 0 when it did not say.
+	Confidence float64
+	Words      []Word // finals, when the engine gives word times
+}
+
+// Word is one transcribed word with its time within the segment.
+type Word struct {
+	Text       string
+	Start, End time.Duration
+}
+
+// VAD reports the server's voice activity detection (OpenVoice vad.speech_start/end). Timestamp
+// is the server's stream time of the event (audio received since the session started).
+type VAD struct {
+	Speaking  bool
+	Timestamp time.Duration
+}
+
+// TTSState reports an OpenVoice synthesis starting (tts.speaking_start, which comes with its
+// first audio) or ending (tts.speaking_end). A synthesis that fails yields only an ErrorEvent, and
+// one with nothing to say may yield nothing at all: wait with a deadline.
+type TTSState struct {
+	Speaking  bool
+	RequestID string // the id Speak returned
+	// Cancelled: the end came from tts.cancel, a newer Speak, or the session's end, not from
+	// the speech being complete.
+	Cancelled bool
+	// Duration is the server's duration_ms at the end: how long it took to synthesise (wall
+	// time), not the length of the audio.
 	Duration time.Duration
 }
 
-// VAD reports the server's voice activity detection (OpenVoice vad.speech_start/end).
-type VAD struct{ Speaking bool }
+// RateLimit is the OpenVoice server's flow control: audio arrives faster than it takes (about
+// 1.2× real time). The session already holds its next audio back by Delay; the caller should
+// send no faster than real time.
+type RateLimit struct {
+	Delay   time.Duration
+	Message string
+}
 
-// TTSState reports OpenVoice synthesis starting or ending (tts.speaking_start/end).
-type TTSState struct{ Speaking bool }
+// FramesDropped: the OpenVoice server dropped audio because its backlog was over ~10 s. That
+// audio is lost (it was never transcribed): count it.
+type FramesDropped struct {
+	Dropped time.Duration
+	Message string
+}
 
 // ErrorEvent reports a problem that did NOT end the session: a bad frame from the server, or a
 // recoverable server error. The session goes on.
@@ -67,6 +114,10 @@ type Closed struct {
 	// clean Close. The connection is reset rather than closed when it holds such data, so none of
 	// it arrives later.
 	Undelivered []uint64
+	// OpenVoice's totals from its session.closed: the session's length and the segments it
+	// transcribed (zero from other servers).
+	ServerDuration time.Duration
+	Segments       int
 }
 
 // Metrics are the server's counters; zero when absent. Unknown keys are ignored.
@@ -93,5 +144,7 @@ func (MetricsUpdate) event() {}
 func (Transcript) event()    {}
 func (VAD) event()           {}
 func (TTSState) event()      {}
+func (RateLimit) event()     {}
+func (FramesDropped) event() {}
 func (ErrorEvent) event()    {}
 func (Closed) event()        {}

@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"math"
+	"reflect"
 	"testing"
 )
 
@@ -74,17 +75,53 @@ func FuzzFloat32Base64(f *testing.F) {
 	f.Add("")
 	f.Add("!!")
 	f.Fuzz(func(t *testing.T, s string) {
-		samples, err := decodeFloat32Base64(s)
+		samples, err := decodeFloat32Base64([]byte(s))
 		if err != nil {
 			return
 		}
-		again, err := decodeFloat32Base64(string(appendFloat32Base64(nil, samples)))
+		again, err := decodeFloat32Base64(appendFloat32Base64(nil, samples))
 		if err != nil || len(again) != len(samples) {
 			t.Fatalf("re-encoding %d samples failed: %v", len(samples), err)
 		}
 		for i := range again {
 			if math.Float32bits(again[i]) != math.Float32bits(samples[i]) {
 				t.Fatalf("sample %d changed", i)
+			}
+		}
+	})
+}
+
+// The fast path gives exactly the general decoder's events, for any input: where it cannot, it
+// must leave the frame to the general decoder.
+func FuzzFastFrame(f *testing.F) {
+	audio := string(appendFloat32Base64(nil, []float32{0.5, -0.25, 0.125}))
+	for _, s := range []string{
+		`{"type":"response.output.delta","kind":"audio","session_id":"s","response_id":"r","audio":"` + audio + `","metrics":{"kv_cache_length":5},"server_send_ts":1.5}`,
+		`{"type":"response.output_audio.delta","text":"héllo \u00e9","audio":"` + audio + `","end_of_turn":true,"kv_cache_length":9}`,
+		`{"type":"response.done","text":"t","audio":"` + audio + `","reason":"turn_end"}`,
+		` { "audio" : "` + audio + `" , "type" : "response.output.delta" , "kind" : "audio" } `,
+		`{"type":"response.output.delta","kind":"audio","audio":"` + audio + `","Audio":"AAAA"}`,
+		`{"type":"response.output.delta","kind":"audio","audio":"` + audio + `","audio":"AAAA"}`,
+		`{"type":"response.output.delta","kind":"audio","audio":"AAAAAAA="}`,
+		`{"type":"response.output.delta","kind":"audio","audio":"AAAA\nAAAA"}`,
+		`{"type":"response.output.delta","kind":"audio","audio":"` + audio + `","metrics":{"kv_cache_length":"x"}}`,
+		`{"type":"response.output.delta","kind":"audio","audio":"` + audio + `","x":[1,{"a":"}"}]}`,
+		`{"type":"response.output.delta","kind":"audio","audio":"` + audio + `"} x`,
+		`{"type":"response.output.delta","kind":"audio","audio":"` + audio + `",}`,
+		`{"TYPE":"response.output.delta","Kind":"audio","audio":"` + audio + `","kind":"text"}`,
+		`{"type":"response.output.delta","kind":"audio","audio":"//8AAP//AAA="}`,
+	} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, legacy bool) {
+		c := &miniCPM{legacy: legacy, mode: ModeAudio}
+		var fast, general []Event
+		if fr, ok := c.fastFrame(data); ok {
+			c.emitFrame(fr, func(ev Event) { fast = append(fast, ev) })
+			c.decodeGeneral(false, data, func(ev Event) { general = append(general, ev) })
+			if !reflect.DeepEqual(fast, general) {
+				t.Fatalf("%q:\nfast    %#v\ngeneral %#v", data, fast, general)
 			}
 		}
 	})

@@ -246,25 +246,8 @@ func TestChatServerErrorEndsTurn(t *testing.T) {
 	}
 }
 
-// scriptedChat is a chat server: queue_done, created after the init, then it answers each
-// input.append with reply.
-func scriptedChat(t *testing.T, reply string) string {
-	return scriptServer(t, func(ws *websocket.Conn) {
-		_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.queue_done"}`))
-		for {
-			_, data, err := ws.ReadMessage()
-			if err != nil {
-				return
-			}
-			switch {
-			case strings.Contains(string(data), `"session.init"`):
-				_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created","session_id":"sess_1","mode":"turn_based"}`))
-			case strings.Contains(string(data), `"input.append"`):
-				_ = ws.WriteMessage(websocket.TextMessage, []byte(reply))
-			}
-		}
-	})
-}
+// scriptedChat is a chat server that answers each input.append with reply.
+func scriptedChat(t *testing.T, reply string) string { return scriptedTurn(t, reply) }
 
 // OpenVoice: recoverable:false with a configuration code is a configuration error naming the
 // setting; recoverable errors keep the session; session.closed ends it and the client closes

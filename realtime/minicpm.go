@@ -11,11 +11,11 @@ import (
 func newCodec(cfg Config) codec {
 	switch cfg.Dialect {
 	case DialectLegacy:
-		return &miniCPM{legacy: true, mode: cfg.Mode}
+		return &miniCPM{legacy: true, mode: cfg.Mode, fastMin: fastFrameMin}
 	case DialectOpenVoice:
-		return &openVoice{ttsRate: cfg.OpenVoiceTTSRate}
+		return &openVoice{ttsRate: cfg.OpenVoiceTTSRate, frame: cfg.AudioFrameSamples()}
 	default:
-		return &miniCPM{mode: cfg.Mode}
+		return &miniCPM{mode: cfg.Mode, fastMin: fastFrameMin}
 	}
 }
 
@@ -24,6 +24,10 @@ func newCodec(cfg Config) codec {
 type miniCPM struct {
 	legacy bool
 	mode   Mode
+	// fastMin is the smallest frame the fast path takes: below it encoding/json is cheap anyway.
+	fastMin int
+	// scratch holds a frame without its audio member (fast path), reused from frame to frame.
+	scratch []byte
 }
 
 func (c *miniCPM) queued() bool { return true }
@@ -141,8 +145,12 @@ func (c *miniCPM) chat(r ChatRequest) (outMsg, error) {
 	return outMsg{data: b}, err
 }
 
-func (c *miniCPM) speak(string, string) (outMsg, error) {
-	return outMsg{}, fmt.Errorf("speak: the %s dialect has no text-to-speech request; use a chat turn with tts enabled", c.dialect())
+func (c *miniCPM) speak(Speech) (outMsg, string, error) {
+	return outMsg{}, "", fmt.Errorf("speak: the %s dialect has no text-to-speech request; use a chat turn with tts enabled", c.dialect())
+}
+
+func (c *miniCPM) commit() (outMsg, error) {
+	return outMsg{}, fmt.Errorf("commit audio: the %s dialect has none; the model listens to every chunk", c.dialect())
 }
 
 func (c *miniCPM) cancelSpeech() (outMsg, error) {
@@ -174,10 +182,12 @@ type miniFrame struct {
 	Diagnostic   json.RawMessage `json:"diagnostic"`
 
 	// output
-	Kind          string   `json:"kind"`
-	ResponseID    string   `json:"response_id"`
-	Text          string   `json:"text"`
-	Audio         string   `json:"audio"`
+	Kind       string `json:"kind"`
+	ResponseID string `json:"response_id"`
+	// Text and Audio are nil when absent (or null): a text or audio delta without them is a
+	// protocol error, not an empty delta.
+	Text          *string  `json:"text"`
+	Audio         *string  `json:"audio"`
 	EndOfTurn     bool     `json:"end_of_turn"`
 	KVCacheLength *float64 `json:"kv_cache_length"`
 
@@ -186,6 +196,37 @@ type miniFrame struct {
 		Message string `json:"message"`
 		Type    string `json:"type"`
 	} `json:"error"`
+
+	// The fast path (fastframe.go) decodes the audio itself: fastAudio is set then, and Audio
+	// is nil.
+	fastAudio *decodedAudio
+}
+
+// decodedAudio is an audio member decoded outside encoding/json: its samples, or why they do not
+// decode, and how long its base64 text was.
+type decodedAudio struct {
+	samples []float32
+	err     error
+	size    int
+}
+
+// hasAudio reports whether the frame has an audio member (a null one counts as absent).
+func (f *miniFrame) hasAudio() bool { return f.fastAudio != nil || f.Audio != nil }
+
+// audioSize is the length of the audio member's base64 text.
+func (f *miniFrame) audioSize() int {
+	if f.fastAudio != nil {
+		return f.fastAudio.size
+	}
+	return len(str(f.Audio))
+}
+
+// samples decodes the audio member.
+func (f *miniFrame) samples() ([]float32, error) {
+	if f.fastAudio != nil {
+		return f.fastAudio.samples, f.fastAudio.err
+	}
+	return decodeFloat32Base64(stringBytes(str(f.Audio)))
 }
 
 type wireMetrics struct {
@@ -227,7 +268,20 @@ func protocolError(event, code, format string, args ...any) ErrorEvent {
 	return ErrorEvent{Err: &Error{Class: ClassProtocol, Code: code, Event: event, Message: fmt.Sprintf(format, args...)}}
 }
 
+// decode takes the fast path for frames with audio (fastframe.go) and the general decoder for the
+// rest; both give the same events.
 func (c *miniCPM) decode(binary bool, data []byte, emit func(Event)) {
+	if !binary && len(data) >= c.fastMin {
+		if f, ok := c.fastFrame(data); ok {
+			c.emitFrame(f, emit)
+			return
+		}
+	}
+	c.decodeGeneral(binary, data, emit)
+}
+
+// decodeGeneral decodes a frame with encoding/json alone: the reference the fast path matches.
+func (c *miniCPM) decodeGeneral(binary bool, data []byte, emit func(Event)) {
 	if binary {
 		emit(protocolError("binary", CodeBadField, "unexpected binary frame of %d bytes from a MiniCPM-o server", len(data)))
 		return
@@ -237,6 +291,11 @@ func (c *miniCPM) decode(binary bool, data []byte, emit func(Event)) {
 		emit(protocolError(peekType(data), CodeInvalidJSON, "server frame is not valid JSON: %v", err))
 		return
 	}
+	c.emitFrame(&f, emit)
+}
+
+// emitFrame turns one decoded frame into events.
+func (c *miniCPM) emitFrame(f *miniFrame, emit func(Event)) {
 	switch f.Type {
 	case "session.queued", "session.queue_update":
 		emit(queueSignal{QueueStatus{Position: int(f.Position), EstimatedWait: seconds(f.EstimatedWaitS),
@@ -254,23 +313,30 @@ func (c *miniCPM) decode(binary bool, data []byte, emit func(Event)) {
 			emit(fatalSignal{c.otherDialect(f.Type)})
 			return
 		}
-		c.decodeCurrent(&f, emit)
+		c.decodeCurrent(f, emit)
 	case "response.output_audio.delta", "response.listen":
 		if !c.legacy {
 			emit(fatalSignal{c.otherDialect(f.Type)})
 			return
 		}
-		c.decodeLegacy(&f, emit)
+		c.decodeLegacy(f, emit)
 	default:
 		// Unknown events (response.step.done, ...) are ignored, never fatal.
 	}
 }
 
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
 func (c *miniCPM) decodeCurrent(f *miniFrame, emit func(Event)) {
 	if f.Type == "response.done" {
-		done := TurnDone{Text: f.Text, Reason: f.Reason}
-		if f.Audio != "" {
-			samples, err := decodeFloat32Base64(f.Audio)
+		done := TurnDone{Text: str(f.Text), Reason: f.Reason}
+		if f.audioSize() > 0 {
+			samples, err := f.samples()
 			if err != nil {
 				emit(protocolError(f.Type, CodeBadField, "response.done audio dropped: %v", err))
 			} else {
@@ -287,9 +353,18 @@ func (c *miniCPM) decodeCurrent(f *miniFrame, emit func(Event)) {
 	case "listen":
 		emit(Listen{})
 	case "text":
-		emit(TextDelta{Text: f.Text, ResponseID: f.ResponseID})
+		switch {
+		case f.Text == nil:
+			emit(protocolError(f.Type, CodeBadField, "a kind:\"text\" delta without text"))
+		case *f.Text != "":
+			emit(TextDelta{Text: *f.Text, ResponseID: f.ResponseID})
+		}
 	case "audio":
-		samples, err := decodeFloat32Base64(f.Audio)
+		if !f.hasAudio() {
+			emit(protocolError(f.Type, CodeBadField, "a kind:\"audio\" delta without audio"))
+			break
+		}
+		samples, err := f.samples()
 		if err != nil {
 			emit(protocolError(f.Type, CodeBadField, "audio delta dropped: %v", err))
 		} else if len(samples) > 0 {
@@ -307,11 +382,11 @@ func (c *miniCPM) decodeLegacy(f *miniFrame, emit func(Event)) {
 	if f.Type == "response.listen" {
 		emit(Listen{})
 	} else {
-		if f.Text != "" {
-			emit(TextDelta{Text: f.Text})
+		if t := str(f.Text); t != "" {
+			emit(TextDelta{Text: t})
 		}
-		if f.Audio != "" {
-			samples, err := decodeFloat32Base64(f.Audio)
+		if f.audioSize() > 0 {
+			samples, err := f.samples()
 			if err != nil {
 				emit(protocolError(f.Type, CodeBadField, "audio delta dropped: %v", err))
 			} else if len(samples) > 0 {
@@ -341,7 +416,7 @@ func (c *miniCPM) otherDialect(event string) *Error {
 			other, event, c.dialect(), other)}
 }
 
-func serverError(f miniFrame) *Error {
+func serverError(f *miniFrame) *Error {
 	if f.Error == nil {
 		return &Error{Class: ClassProtocol, Code: "unknown", Event: "error", Message: "server error without details"}
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
+	"unsafe"
 )
 
 // appendFloat32Base64 appends samples as base64 of float32 little-endian PCM, the MiniCPM-o audio
@@ -27,29 +29,49 @@ func appendFloat32Base64(dst []byte, samples []float32) []byte {
 	return dst
 }
 
-// decodeFloat32Base64 decodes base64 float32 little-endian PCM. It rejects bad base64, a byte count
-// that is not whole samples, and NaN or infinite samples (garbage that would wreck playback).
-func decodeFloat32Base64(s string) ([]float32, error) {
-	raw, err := base64.StdEncoding.DecodeString(s)
+// nativeLittleEndian: float32 samples in memory are the wire's little-endian bytes (amd64, arm64),
+// so base64 decodes straight into the sample buffer.
+var nativeLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// decodeFloat32Base64 decodes base64 float32 little-endian PCM straight into a new sample buffer,
+// with no intermediate copy. It rejects bad base64, a byte count that is not whole samples, and
+// NaN or infinite samples (garbage that would wreck playback). src is only read.
+func decodeFloat32Base64(src []byte) ([]float32, error) {
+	enc := base64.StdEncoding
+	out := make([]float32, (enc.DecodedLen(len(src))+3)/4)
+	var raw []byte
+	if nativeLittleEndian && len(out) > 0 {
+		raw = unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out))
+	} else {
+		raw = make([]byte, 4*len(out))
+	}
+	n, err := enc.Decode(raw, src)
 	if err != nil {
 		return nil, fmt.Errorf("audio is not valid base64: %v", err)
 	}
-	if len(raw)%4 != 0 {
-		return nil, fmt.Errorf("audio has %d bytes, not a whole number of float32 samples", len(raw))
+	if n%4 != 0 {
+		return nil, fmt.Errorf("audio has %d bytes, not a whole number of float32 samples", n)
 	}
-	out := make([]float32, len(raw)/4)
-	for i := range out {
-		v := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+	out = out[:n/4]
+	if !nativeLittleEndian {
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+	}
+	for i, v := range out {
+		if math.Float32bits(v)&0x7f800000 == 0x7f800000 { // exponent all ones: Inf or NaN
 			return nil, fmt.Errorf("audio sample %d is %v, not a finite number", i, v)
 		}
-		out[i] = v
 	}
 	return out, nil
 }
 
+// stringBytes views s as bytes without copying; the bytes must only be read.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // appendPCM16 appends samples as signed 16-bit little-endian PCM, clipping to [-1, 1].
 func appendPCM16(dst []byte, samples []float32) []byte {
+	dst = slices.Grow(dst, 2*len(samples))
 	for _, s := range samples {
 		v := s * 32767
 		switch {

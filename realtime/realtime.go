@@ -43,6 +43,15 @@ const (
 	ModeChat  Mode = "chat"  // turn based (current dialect only)
 )
 
+// The range of Config.OpenVoiceFrame: the server's own client sends 40 ms; under 20 ms the
+// frames cost more than they say, over 100 ms its VAD merges phrases and ends speech late. And
+// the ranges of the OpenVoice state timeouts (its defaults: 30 s of silence, 5 min on hold).
+const (
+	minOpenVoiceFrame, maxOpenVoiceFrame = 20 * time.Millisecond, 100 * time.Millisecond
+	maxSilenceTimeout                    = 10 * time.Minute
+	maxHoldTimeout                       = time.Hour
+)
+
 // Sample rates fixed by the MiniCPM-o protocol.
 const (
 	InputSampleRate  = 16000 // what the server expects from the microphone
@@ -74,8 +83,12 @@ type Config struct {
 	OnQueue func(QueueStatus)
 
 	// OpenVoiceTTSRate is the sample rate of OpenVoice's binary TTS audio (its document does not
-	// state it). Default 24000.
+	// state it; the real server sends 24000). AudioDelta carries it. Default 24000.
 	OpenVoiceTTSRate int
+	// OpenVoiceFrame is the most audio one OpenVoice binary frame carries: the server's VAD judges
+	// each frame as a whole (its own client sends 40 ms), so a chunk goes out as frames of this
+	// length. Default 40 ms; 20..100 ms.
+	OpenVoiceFrame time.Duration
 
 	DialTimeout time.Duration // TCP + TLS + WebSocket handshake; default 10 s
 	// InitTimeout bounds the wait for session.created: after session.init (MiniCPM-o; time in the
@@ -119,12 +132,32 @@ type Init struct {
 	// {"length_penalty": 1.1}. Nil sends none.
 	Config map[string]any
 
-	// OpenVoice session.configure fields; all empty sends no session.configure.
+	// OpenVoice session.configure fields (sent flat, under the names the server reads); all
+	// empty sends no session.configure. Language also goes in the URL's language query
+	// parameter, the only place today's server takes it from.
 	VADSensitivity string // high, normal or low
 	Language       string // ISO 639-1
 	HotWords       []string
-	TTSModel       string
+	TTSModel       string // model_tts
+	// SilenceTimeout and HoldTimeout are the server's state timeouts (silence_timeout_ms,
+	// hold_timeout_ms); 0 leaves its defaults. The server ends the session on a value under 1 s.
+	SilenceTimeout, HoldTimeout time.Duration
+	// EnableITN turns the server's inverse text normalisation on or off; nil leaves its default.
+	EnableITN *bool
 }
+
+// Speech is one OpenVoice text-to-speech request (tts.speak).
+type Speech struct {
+	Text  string
+	Voice string // the server's voice id; "" for its default
+	// RequestID names the request in its TTSState events; "" makes one up (Speak returns it).
+	RequestID string
+	Speed     float64 // 0.25..4; 0 for the server's 1.0
+}
+
+// ReasonCancel, as Close's reason, cancels an OpenVoice session (session.cancel, answered with
+// session.closed{reason:"cancelled"}) rather than closing it; MiniCPM-o servers see it as the reason.
+const ReasonCancel = "cancelled"
 
 // QueueStatus is one report from the server's queue.
 type QueueStatus struct {
@@ -166,15 +199,21 @@ type Session interface {
 	Send(ctx context.Context, c Chunk) error
 	// Ask sends one chat-mode turn (mode=chat). Replies arrive as events ending with TurnDone.
 	Ask(ctx context.Context, r ChatRequest) error
-	// Speak asks an OpenVoice server to synthesise text (tts.speak); the audio arrives as AudioDelta.
-	Speak(ctx context.Context, text, voice string) error
-	// CancelSpeech stops OpenVoice synthesis (tts.cancel).
+	// Speak asks an OpenVoice server to synthesise text (tts.speak) and returns the request's id:
+	// TTSState events carry it, and the audio arrives as AudioDelta between them.
+	Speak(ctx context.Context, r Speech) (requestID string, err error)
+	// CancelSpeech stops OpenVoice synthesis (tts.cancel): whatever runs ends with
+	// TTSState{Cancelled: true}.
 	CancelSpeech(ctx context.Context) error
+	// CommitAudio ends OpenVoice's current speech segment now (input_audio_buffer.commit): its
+	// transcript.final comes without waiting for the silence.
+	CommitAudio(ctx context.Context) error
 	// Events delivers what the server says, in order. The last event is always Closed, after which
 	// the channel is closed.
 	Events() <-chan Event
-	// Close ends the session politely: session.close with reason, a bounded wait for session.closed,
-	// then the socket. It returns when the session is over; calling it again is harmless.
+	// Close ends the session politely: session.close with reason (ReasonCancel: OpenVoice's
+	// session.cancel), a bounded wait for session.closed, then the socket. It returns when the
+	// session is over; calling it again is harmless.
 	Close(ctx context.Context, reason string) error
 	// Done is closed when the session has ended; Err then says why (nil after a clean Close).
 	Done() <-chan struct{}
@@ -210,6 +249,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OpenVoiceTTSRate == 0 {
 		c.OpenVoiceTTSRate = 24000
+	}
+	if c.OpenVoiceFrame == 0 {
+		c.OpenVoiceFrame = 40 * time.Millisecond
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 10 * time.Second
@@ -298,10 +340,33 @@ func (c Config) Validate() error {
 	if c.OpenVoiceTTSRate < 8000 || c.OpenVoiceTTSRate > 192000 {
 		bad("openvoice_tts_rate: %d Hz is outside 8000..192000", c.OpenVoiceTTSRate)
 	}
+	if c.OpenVoiceFrame < minOpenVoiceFrame || c.OpenVoiceFrame > maxOpenVoiceFrame {
+		bad("openvoice_frame: %v is outside %v..%v", c.OpenVoiceFrame, minOpenVoiceFrame, maxOpenVoiceFrame)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+		max time.Duration
+	}{{"init.silence_timeout", c.Init.SilenceTimeout, maxSilenceTimeout}, {"init.hold_timeout", c.Init.HoldTimeout, maxHoldTimeout}} {
+		if d.v != 0 && (d.v < time.Second || d.v > d.max || d.v%time.Millisecond != 0) {
+			bad("%s: %v is outside 1s..%v (whole milliseconds); the server ends a session given less than a second", d.key, d.v, d.max)
+		}
+	}
 	if c.MaxFrameBytes < 4096 {
 		bad("max_frame_bytes: %d is below 4096", c.MaxFrameBytes)
 	}
 	return errors.Join(errs...)
+}
+
+// AudioFrameSamples is how many 16 kHz samples one binary audio frame carries for an OpenVoice
+// server (whose VAD judges each frame whole), 0 for MiniCPM-o servers, which take chunks of any
+// length. A caller that cuts its audio into chunks of this length sends the server small frames
+// paced at real time.
+func (c Config) AudioFrameSamples() int {
+	if c.Dialect != DialectOpenVoice {
+		return 0
+	}
+	return max(1, int(c.withDefaults().OpenVoiceFrame*InputSampleRate/time.Second))
 }
 
 // endpoint builds the WebSocket URL with the mode (and model) query parameters.
@@ -313,6 +378,9 @@ func (c Config) endpoint() string {
 	q := u.Query()
 	if c.Dialect == DialectOpenVoice {
 		q.Set("model", c.Model)
+		if c.Init.Language != "" {
+			q.Set("language", c.Init.Language)
+		}
 	} else {
 		q.Set("mode", string(c.Mode))
 	}

@@ -20,6 +20,9 @@ import (
 type outMsg struct {
 	binary bool
 	data   []byte
+	// splits, when set, cut data into several messages at these offsets (OpenVoice audio in
+	// small frames); they go out back to back and count as one for delivery.
+	splits []int
 	// media marks a chunk from Send (followed until acknowledged); id is the caller's id for it.
 	media bool
 	id    uint64
@@ -34,12 +37,14 @@ type codec interface {
 	initMsgs(Init) ([]outMsg, error)
 	chunk(Chunk, Init) (outMsg, error)
 	chat(ChatRequest) (outMsg, error)
-	speak(text, voice string) (outMsg, error)
+	speak(Speech) (outMsg, string, error)
 	cancelSpeech() (outMsg, error)
+	commit() (outMsg, error)
 	// closeMsg is the polite goodbye, if the dialect has one.
 	closeMsg(reason string) (outMsg, bool)
 	// decode turns one frame into events, internal ones included; it never fails the session:
 	// problems come back as ErrorEvent (or as a mismatch/closed signal for the session to act on).
+	// data is valid only during the call (the read buffer is reused): events keep none of it.
 	decode(binary bool, data []byte, emit func(Event))
 }
 
@@ -47,7 +52,13 @@ type codec interface {
 type (
 	queueSignal   struct{ status QueueStatus }
 	createdSignal struct{ info Info }
-	closedSignal  struct{ reason, diagnostic string }
+	closedSignal  struct {
+		reason, diagnostic string
+		duration           time.Duration // OpenVoice total_duration_ms
+		segments           int           // OpenVoice segments_transcribed
+	}
+	// rateLimitSignal is OpenVoice's session.rate_limit: hold media back, then tell the caller.
+	rateLimitSignal struct{ limit RateLimit }
 	// serverErrSignal is an `error` from the server that affects the session's fate.
 	serverErrSignal struct{ err *Error }
 	// fatalSignal ends the session with err (e.g. the other dialect answered).
@@ -57,6 +68,7 @@ type (
 func (queueSignal) event()     {}
 func (createdSignal) event()   {}
 func (closedSignal) event()    {}
+func (rateLimitSignal) event() {}
 func (serverErrSignal) event() {}
 func (fatalSignal) event()     {}
 
@@ -93,6 +105,11 @@ type session struct {
 	endErr    *Error // why it ended; nil for a clean close we asked for
 	endReason string
 	endDiag   string
+	endTotals closedSignal // the server's totals in its session.closed (OpenVoice)
+
+	// holdMedia is when media may go out again (unix nanoseconds) after the server asked us to
+	// slow down (OpenVoice session.rate_limit).
+	holdMedia atomic.Int64
 
 	closeCalled chan struct{} // closed when Close starts: the consumer may stop reading events
 	closeOnce   sync.Once
@@ -337,11 +354,19 @@ func (s *session) setupEndError() *Error {
 func (s *session) readLoop() {
 	defer s.wg.Done()
 	defer close(s.events)
+	var buf []byte // one message at a time, reused: the decoders keep nothing of it
 	for {
-		typ, data, err := s.conn.ReadMessage()
+		typ, r, err := s.conn.NextReader()
+		if err == nil {
+			buf, err = readAll(r, buf[:0])
+		}
 		if err != nil {
 			s.end(s.readError(err), "", "")
 			break
+		}
+		data := buf
+		if cap(buf) > maxKeptReadBuffer {
+			buf = nil // an outsized frame's buffer is not kept
 		}
 		s.extendDeadline()
 		s.bytesRecv.Add(uint64(len(data)))
@@ -357,14 +382,42 @@ func (s *session) readLoop() {
 	s.mu.Lock()
 	undelivered := s.undelivered
 	s.mu.Unlock()
-	s.emit(Closed{Reason: s.endReason, Diagnostic: s.endDiag, Err: s.endErr, Undelivered: undelivered}, true)
+	s.emit(Closed{Reason: s.endReason, Diagnostic: s.endDiag, Err: s.endErr, Undelivered: undelivered,
+		ServerDuration: s.endTotals.duration, Segments: s.endTotals.segments}, true)
+}
+
+// maxKeptReadBuffer bounds the read buffer kept between messages: a second of reply audio is
+// ~128 KB; a rare larger frame gets a buffer of its own.
+const maxKeptReadBuffer = 1 << 20
+
+// readAll reads the rest of a message into b (as io.ReadAll does, reusing b's room).
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // handle routes one decoded event: internal signals act on the session, the rest go to the caller.
 func (s *session) handle(ev Event) {
 	switch ev := ev.(type) {
 	case closedSignal:
-		s.end(s.closedError(ev.reason, ev.diagnostic), ev.reason, ev.diagnostic)
+		s.endClosed(s.closedError(ev.reason, ev.diagnostic), ev)
+		return
+	case rateLimitSignal:
+		if d := ev.limit.Delay; d > 0 {
+			s.holdMedia.Store(time.Now().Add(min(d, maxRateLimitHold)).UnixNano())
+		}
+		s.emit(ev.limit, false)
 		return
 	case serverErrSignal:
 		s.lastServerErr.Store(ev.err)
@@ -462,7 +515,7 @@ func (s *session) next() (outMsg, bool) {
 	return outMsg{}, false
 }
 
-// write writes one message; false when the session is over.
+// write writes one message (several when it is split); false when the session is over.
 func (s *session) write(m outMsg) bool {
 	typ := websocket.TextMessage
 	if m.binary {
@@ -471,12 +524,23 @@ func (s *session) write(m outMsg) bool {
 	if m.media {
 		s.growSendBuffer(len(m.data))
 	}
-	s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	s.bytesSent.Add(uint64(len(m.data)))
-	if err := s.conn.WriteMessage(typ, m.data); err != nil {
-		s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
-			Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}, "", "")
-		return false
+	from := 0
+	for i := 0; i <= len(m.splits); i++ {
+		to := len(m.data)
+		if i < len(m.splits) {
+			to = m.splits[i]
+		}
+		if m.media && !s.waitHold() {
+			return false
+		}
+		s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		s.bytesSent.Add(uint64(to - from))
+		if err := s.conn.WriteMessage(typ, m.data[from:to]); err != nil {
+			s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
+				Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}, "", "")
+			return false
+		}
+		from = to
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -486,6 +550,27 @@ func (s *session) write(m outMsg) bool {
 		s.track.settleNow(s.wire, s.raw, s.cfg.DeadLinkTimeout)
 	}
 	return !s.ended
+}
+
+// maxRateLimitHold bounds one hold of media after a server's session.rate_limit: the server
+// suggests tens of milliseconds; a nonsense value must not stall the link.
+const maxRateLimitHold = time.Second
+
+// waitHold sleeps while the server has asked us to hold media back; false when the session
+// ended meanwhile.
+func (s *session) waitHold() bool {
+	wait := time.Until(time.Unix(0, s.holdMedia.Load()))
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.done:
+		return false
+	}
 }
 
 // growSendBuffer keeps the socket's send buffer at about two of the largest media messages (the
@@ -507,8 +592,13 @@ func (s *session) extendDeadline() {
 // end records why the session ended (first call wins) and what the peer never got, says goodbye
 // on the socket and closes it.
 func (s *session) end(err *Error, reason, diag string) {
+	s.endClosed(err, closedSignal{reason: reason, diagnostic: diag})
+}
+
+// endClosed is end with the server's session.closed, totals included.
+func (s *session) endClosed(err *Error, c closedSignal) {
 	s.endOnce.Do(func() {
-		s.endErr, s.endReason, s.endDiag = err, reason, diag
+		s.endErr, s.endReason, s.endDiag, s.endTotals = err, c.reason, c.diagnostic, c
 		s.mu.Lock()
 		unacked, known := s.track.settleNow(s.wire, s.raw, s.cfg.DeadLinkTimeout)
 		if err != nil { // after a clean Close the caller wants nothing back
@@ -752,8 +842,16 @@ func (s *session) Ask(ctx context.Context, r ChatRequest) error {
 	return s.enqueue(ctx, m)
 }
 
-func (s *session) Speak(ctx context.Context, text, voice string) error {
-	m, err := s.codec.speak(text, voice)
+func (s *session) Speak(ctx context.Context, r Speech) (string, error) {
+	m, id, err := s.codec.speak(r)
+	if err != nil {
+		return "", err
+	}
+	return id, s.enqueue(ctx, m)
+}
+
+func (s *session) CommitAudio(ctx context.Context) error {
+	m, err := s.codec.commit()
 	if err != nil {
 		return err
 	}

@@ -210,6 +210,9 @@ func TestDuplexParrot(t *testing.T) {
 			if !reflect.DeepEqual(rec.Audio[:len(sent)], sent) {
 				t.Errorf("the server did not receive the audio sample for sample")
 			}
+			if n := min(len(r.audio), len(rec.ReplyAudio)); n < 48000 || !reflect.DeepEqual(r.audio[:n], rec.ReplyAudio[:n]) {
+				t.Errorf("the reply audio did not arrive sample for sample (%d of %d samples compared)", n, len(rec.ReplyAudio))
+			}
 			if tt.mode == realtime.ModeVideo && (len(rec.Appends[0].Frames) != 1 || rec.Appends[0].Frames[0].Width != 64) {
 				t.Errorf("frames %+v", rec.Appends[0].Frames)
 			}
@@ -414,8 +417,19 @@ func TestFaults(t *testing.T) {
 }
 
 func TestSessionTimeLimit(t *testing.T) {
-	srv := strictServer(t, realtimetest.Options{AudioLimit: 300 * time.Millisecond})
-	s := dial(t, fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio))
+	srv := strictServer(t, realtimetest.Options{AudioLimit: time.Second})
+	// The limit counts from worker assignment: on a machine so busy that a second passes before
+	// session.created, the limit ends the set-up instead (retryable); try again.
+	var s realtime.Session
+	for attempt := 0; s == nil; attempt++ {
+		var err error
+		s, err = realtime.Dial(context.Background(), fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio))
+		var e *realtime.Error
+		if err != nil && (attempt == 2 || !errors.As(err, &e) || e.Reason != "timeout") {
+			t.Fatalf("dial: %v", err)
+		}
+	}
+	defer s.Close(context.Background(), "")
 	var r reply
 	drain(t, s, &r, func(ev realtime.Event) bool { _, ok := ev.(realtime.Closed); return ok })
 	if r.closed.Reason != "timeout" || realtime.ClassOf(s.Err()) != realtime.ClassEnded {
@@ -507,7 +521,9 @@ func TestOpenVoice(t *testing.T) {
 	cfg := fastConfig(srv.URL(), realtime.DialectOpenVoice, "")
 	cfg.Model = "faster-whisper-large-v3"
 	cfg.OpenVoiceTTSRate = 22050
-	cfg.Init = realtime.Init{VADSensitivity: "high", Language: "en", HotWords: []string{"omnisat"}}
+	itn := false
+	cfg.Init = realtime.Init{VADSensitivity: "high", Language: "pt", HotWords: []string{"omnisat"}, TTSModel: "kokoro-v1",
+		SilenceTimeout: 2 * time.Second, HoldTimeout: 10 * time.Minute, EnableITN: &itn}
 	s := dial(t, cfg)
 	for _, a := range [][]float32{tone(16000, 0.3), silence(16000)} {
 		send(t, s, realtime.Chunk{Audio: a})
@@ -521,30 +537,58 @@ func TestOpenVoice(t *testing.T) {
 		}
 		return false
 	})
-	if final.Text == "" || final.Duration <= 0 {
+	// The real server sends no duration: it comes from the segment's bounds.
+	if final.Text == "" || final.Duration != time.Second || final.Language != "pt" || len(final.Words) == 0 {
 		t.Fatalf("final transcript %+v", final)
 	}
-	if err := s.Speak(context.Background(), "hello from omnisat", ""); err != nil {
-		t.Fatal(err)
+	id, err := s.Speak(context.Background(), realtime.Speech{Text: "hello from omnisat"})
+	if err != nil || id == "" {
+		t.Fatal(id, err)
 	}
-	drain(t, s, &r, func(ev realtime.Event) bool { return len(r.audio) > 0 })
+	var start realtime.TTSState
+	drain(t, s, &r, func(ev realtime.Event) bool {
+		if st, ok := ev.(realtime.TTSState); ok && st.Speaking {
+			start = st
+		}
+		return len(r.audio) > 0
+	})
+	if start.RequestID != id {
+		t.Fatalf("tts.speaking_start for %q, want %q", start.RequestID, id)
+	}
 	if err := s.CancelSpeech(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	drain(t, s, &r, func(ev realtime.Event) bool { st, ok := ev.(realtime.TTSState); return ok && !st.Speaking })
+	var end realtime.TTSState
+	drain(t, s, &r, func(ev realtime.Event) bool {
+		st, ok := ev.(realtime.TTSState)
+		end = st
+		return ok && !st.Speaking
+	})
+	if end.RequestID != id {
+		t.Fatalf("end %+v", end)
+	}
 	s.Close(context.Background(), "")
 	rec := srv.Sessions()[0]
-	if rec.Init.Language != "en" || rec.Init.VADSensitivity != "high" || len(rec.Audio) != 32000 {
-		t.Fatalf("record init %+v, %d samples", rec.Init, len(rec.Audio))
+	in := rec.Init
+	if in.VADSensitivity != "high" || in.TTSModel != "kokoro-v1" || in.SilenceTimeoutMS != 2000 || in.HoldTimeoutMS != 600000 ||
+		in.EnableITN == nil || *in.EnableITN || rec.Language != "pt" || len(rec.Audio) != 32000 {
+		t.Fatalf("record init %+v, language %q, %d samples", in, rec.Language, len(rec.Audio))
+	}
+	// The server's VAD judges each frame whole: 1 s chunks go out as 40 ms frames.
+	if len(rec.Appends) != 50 || rec.Appends[0].Samples != 640 {
+		t.Fatalf("%d frames of %d samples, want 50 of 640", len(rec.Appends), rec.Appends[0].Samples)
 	}
 	// Round trip through PCM16 keeps the signal within one quantisation step.
 	if d := math.Abs(float64(rec.Audio[100] - tone(16000, 0.3)[100])); d > 1.0/16000 {
 		t.Fatalf("pcm16 error %v", d)
 	}
 
-	synth, err := realtime.Synthesize(context.Background(), cfg, "three short words", "", nil)
-	if err != nil || len(synth.Audio) == 0 || synth.SampleRate != 22050 {
-		t.Fatalf("synthesize: %v %+v", err, synth)
+	synth, err := realtime.Synthesize(context.Background(), cfg, realtime.Speech{Text: "three short words", Voice: "af_heart"}, nil)
+	if err != nil || len(synth.Audio) != 3*5512 || synth.SampleRate != 22050 {
+		t.Fatalf("synthesize: %v: %d samples at %d Hz", err, len(synth.Audio), synth.SampleRate)
+	}
+	if q := srv.Sessions()[1].TTSRequests; len(q) != 1 || q[0].Voice != "af_heart" || q[0].Model != "kokoro-v1" || q[0].Outcome != "spoken" {
+		t.Fatalf("TTS requests %+v", q)
 	}
 }
 

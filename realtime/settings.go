@@ -31,12 +31,18 @@ type Settings struct {
 	// ChatURL is where Ask and Say go (mode=chat); empty uses URL.
 	ChatURL string `yaml:"chat_url"`
 
-	// OpenVoice.
-	VADSensitivity string   `yaml:"vad_sensitivity"`
-	Language       string   `yaml:"language"`
-	HotWords       []string `yaml:"hot_words"`
-	TTSModel       string   `yaml:"tts_model"`
-	TTSRate        int      `yaml:"tts_rate"`
+	// OpenVoice. The configuration keys are ours; they go on the wire under the names the server
+	// reads (vad_sensitivity, model_tts, silence_timeout_ms, ...).
+	VADSensitivity string        `yaml:"vad_sensitivity"`
+	Language       string        `yaml:"language"`
+	HotWords       []string      `yaml:"hot_words"`
+	TTSModel       string        `yaml:"tts_model"`
+	TTSRate        int           `yaml:"tts_rate"`
+	SilenceTimeout time.Duration `yaml:"silence_timeout"`
+	HoldTimeout    time.Duration `yaml:"hold_timeout"`
+	EnableITN      *bool         `yaml:"enable_itn"`
+	// AudioFrame is the length of OpenVoice's binary audio frames.
+	AudioFrame time.Duration `yaml:"audio_frame"`
 
 	PingInterval    time.Duration `yaml:"ping_interval"`
 	DeadLinkTimeout time.Duration `yaml:"dead_link_timeout"`
@@ -63,8 +69,9 @@ func (s Settings) Config() Config {
 	return Config{
 		URL: s.URL, Dialect: s.Dialect, Mode: s.Mode, Model: s.Model, Token: s.Token,
 		Init: Init{Instructions: s.Instructions, MaxSliceNums: s.MaxSliceNums, Config: s.Extra,
-			VADSensitivity: s.VADSensitivity, Language: s.Language, HotWords: s.HotWords, TTSModel: s.TTSModel},
-		OpenVoiceTTSRate: s.TTSRate, PingInterval: s.PingInterval, DeadLinkTimeout: s.DeadLinkTimeout,
+			VADSensitivity: s.VADSensitivity, Language: s.Language, HotWords: s.HotWords, TTSModel: s.TTSModel,
+			SilenceTimeout: s.SilenceTimeout, HoldTimeout: s.HoldTimeout, EnableITN: s.EnableITN},
+		OpenVoiceTTSRate: s.TTSRate, OpenVoiceFrame: s.AudioFrame, PingInterval: s.PingInterval, DeadLinkTimeout: s.DeadLinkTimeout,
 		DialTimeout: s.DialTimeout, MaxFrameBytes: int64(s.MaxFrameBytes),
 		InitTimeout: s.InitTimeout, CloseTimeout: s.CloseTimeout,
 		// The agent keeps the send queue short: audio waiting here is lost if the link dies.
@@ -78,7 +85,7 @@ func (s Settings) Validate() error {
 	var errs []error
 	for _, err := range yamlconf.Problems(s.Config().Validate()) {
 		msg := err.Error()
-		for config, file := range map[string]string{"init.": "", "openvoice_tts_rate:": "tts_rate:"} {
+		for config, file := range map[string]string{"init.": "", "openvoice_tts_rate:": "tts_rate:", "openvoice_frame:": "audio_frame:"} {
 			if rest, ok := strings.CutPrefix(msg, config); ok {
 				msg = file + rest
 			}

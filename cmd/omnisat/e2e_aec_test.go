@@ -59,10 +59,150 @@ type echoScene struct {
 	up      []float32 // what the server received, 16 kHz
 	heard   []float32 // what the microphone heard (the mic sink's monitor), 16 kHz
 	session realtimetest.SessionRecord
-	spk     []float32 // the speaker sink, recordRate
-	spkT0   time.Time // wall time of spk[0] (an upper bound)
-	shift   int       // heard[i] is up[i+shift]
-	askEnd  int       // where the user's request ends in heard
+	spk     []float32    // the speaker sink, recordRate
+	spkT0   time.Time    // wall time of spk[0] (an upper bound)
+	shift   int          // heard[i] is up[i+shift]
+	askEnd  int          // where the user's request ends in heard
+	echoAt  int          // where the model's speech starts in heard
+	echoEnd int          // where it ends (mute), if the scene waited for it
+	status  agent.Status // the agent's status at the end (its playback underruns)
+}
+
+// liveEcho is an echo scene while it plays: what the test waits on before each step. Every wait
+// is on what the recordings or the server hold, in samples, never on how much time passed: a busy
+// machine starts the agent, PulseAudio and paplay late, but the streams' positions stay true.
+type liveEcho struct {
+	sim          *realtimetest.Server
+	heard, spk   *testaudio.Recording // the microphone (mic.monitor) and the speaker (spk.monitor)
+	askAt, shift int                  // the user's request in heard at 16 kHz; heard[i] is up[i+shift]
+	ask16        []float32
+	echoAt       int // where the model's speech starts in heard at 16 kHz (waitEcho)
+	echoEnd      int // where it has ended (waitEchoEnd)
+}
+
+// heard16 is the microphone's recording so far at 16 kHz.
+func (l *liveEcho) heard16(t *testing.T) []float32 {
+	s, err := devices.Resample(l.heard.Samples(), l.heard.Rate, e2eRate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// toHeard is the position in the microphone's recording of position p at 16 kHz.
+func (l *liveEcho) toHeard(p int) int { return int(int64(p) * int64(l.heard.Rate) / e2eRate) }
+
+// upstream is what the server has received so far.
+func (l *liveEcho) upstream() realtimetest.SessionRecord {
+	if recs := l.sim.Sessions(); len(recs) > 0 {
+		return recs[0]
+	}
+	return realtimetest.SessionRecord{}
+}
+
+// waitUp waits until the server holds n samples, or fails the test after within.
+func (l *liveEcho) waitUp(t *testing.T, n int, within time.Duration) realtimetest.SessionRecord {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		rec := l.upstream()
+		if len(rec.Audio) >= n {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server holds %.2f s of audio after %v, want %.2f s", float64(len(rec.Audio))/e2eRate, within, float64(n)/e2eRate)
+		}
+		time.Sleep(500 * time.Millisecond) // each look copies the whole record
+	}
+}
+
+// played waits until what was played into the microphone before now is in its recording (and
+// a quarter second after it), and returns that recording's length at 16 kHz.
+func (l *liveEcho) played(t *testing.T) int {
+	t.Helper()
+	end := max(l.heard.Len(), position(l.heard, time.Now()))
+	if err := l.heard.WaitLen(end+l.heard.Rate/4, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return end * e2eRate / l.heard.Rate
+}
+
+// waitEcho waits until the microphone's recording holds the start of ref (the model's speech,
+// 16 kHz) after the user's request, and returns where ref's first sample is, at 16 kHz. After
+// the request the microphone hears nothing but the speaker, so the first sound is the echo's
+// start; its first 3 s are then followed through any underrun gap a busy machine inserts, to
+// make sure it is the model's speech.
+func (l *liveEcho) waitEcho(t *testing.T, ref []float32) int {
+	t.Helper()
+	probe := ref[:min(len(ref), 3*e2eRate)]
+	lead := onset(probe)
+	from := l.askAt + len(l.ask16)
+	for {
+		if err := l.heard.WaitLen(l.heard.Len()+l.heard.Rate/2, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		h := l.heard16(t)
+		if on := onset(h[min(from, len(h)):]); on >= 0 && from+on+len(probe)+2*e2eRate <= len(h) {
+			// Lined up exactly on its first quarter second of sound, then followed.
+			at, _ := find(probe[lead:lead+e2eRate/4], h, from+on-e2eRate/10, e2eRate/2)
+			at -= lead
+			if _, worst := signaltest.Follow(probe, h, at, e2eRate/2, 2*e2eRate, e2eRate/200); worst < 0.5 {
+				t.Fatalf("the first sound at the microphone after the request (%.2f s) is not the model's speech: "+
+					"worst half second ncc %.2f", float64(at)/e2eRate, worst)
+			}
+			l.echoAt = at
+			return at
+		}
+		if len(h) > from+30*e2eRate {
+			t.Fatalf("the model's speech did not reach the microphone within 30 s of the request")
+		}
+	}
+}
+
+// track follows ref through sig 5 s at a time from ref[refAt] ≈ sig[sigAt], for n windows:
+// where each window plays in sig against where it would without gaps, in ms (a window that is
+// not found, ncc < 0.5, shows as NaN).
+func track(ref, sig []float32, refAt, sigAt, n int) []float64 {
+	const win, search = 5 * e2eRate, e2eRate / 2
+	var out []float64
+	moved := 0
+	for k := range n {
+		r := ref[min(len(ref), refAt+k*win):min(len(ref), refAt+(k+1)*win)]
+		from := max(0, sigAt+k*win+moved-search)
+		to := min(len(sig), sigAt+(k+1)*win+moved+search)
+		if len(r) == 0 || from >= to {
+			break
+		}
+		lag, c := signaltest.Align(r, sig[from:to])
+		if c < 0.5 {
+			out = append(out, math.NaN())
+			continue
+		}
+		moved = from + lag - (sigAt + k*win)
+		out = append(out, math.Round(float64(moved)/e2eRate*1000*10)/10)
+	}
+	return out
+}
+
+// waitEchoEnd waits until the model's speech, n samples long at 16 kHz, has ended at the
+// microphone (a second of quiet after it), and returns where it ended. Underruns of a busy
+// machine make it end later than n after its start, never sooner.
+func (l *liveEcho) waitEchoEnd(t *testing.T, n int) int {
+	t.Helper()
+	from := l.echoAt + n - e2eRate/2
+	for {
+		if err := l.heard.WaitLen(l.heard.Len()+l.heard.Rate/2, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		h := l.heard16(t)
+		if q := signaltest.SilentFrom(h, from, e2eRate/100, e2eRate, 0.003); q >= 0 && q+e2eRate <= len(h) {
+			l.echoEnd = q
+			return q
+		}
+		if len(h) > from+60*e2eRate {
+			t.Fatalf("the model's speech did not end at the microphone within a minute of its length")
+		}
+	}
 }
 
 // find is where ref first plays in sig after from (within the following span).
@@ -105,7 +245,7 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 	}
 	defer unload()
 
-	run := func(t *testing.T, extra string, reply []float32, during func(s *realtimetest.Server)) echoScene {
+	run := func(t *testing.T, extra string, reply []float32, during func(l *liveEcho)) echoScene {
 		sim := realtimetest.NewServer(realtimetest.Options{ForceListenCount: -1, Reply: reply})
 		defer sim.Close()
 		runDir := t.TempDir()
@@ -114,59 +254,77 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 			b, _ := os.ReadFile(cfgPath)
 			os.WriteFile(cfgPath, []byte(strings.Replace(string(b), "  output: default\n", "  output: default\n"+extra, 1)), 0o600)
 		}
-		heardPath := filepath.Join(t.TempDir(), "heard.wav")
-		stopHeard := card.RecordFrom(t, "mic.monitor", heardPath)
-		rec := startLiveRecording(t)
+		l := &liveEcho{sim: sim, ask16: ask16,
+			heard: card.Listen(t, "mic.monitor", recordRate), spk: card.Listen(t, "spk.monitor", recordRate)}
 		stopOmnisat := runOmnisat(t, bin, cfgPath, runDir)
-		waitState(t, sock, agent.StateListening, 20*time.Second)
+		waitState(t, sock, agent.StateListening, time.Minute)
 		if err := card.PlayInto(askPath); err != nil {
 			t.Fatal(err)
 		}
-		waitState(t, sock, agent.StateSpeaking, 15*time.Second)
-		during(sim)
+		l.played(t)
+		waitState(t, sock, agent.StateSpeaking, time.Minute)
+		// The request is in both the microphone and the server (which has answered it): it lines
+		// the two up.
+		upAt, c1 := signaltest.Align(ask16, l.upstream().Audio)
+		heardAt, c2 := signaltest.Align(ask16, l.heard16(t))
+		if c1 < 0.8 || c2 < 0.8 {
+			t.Fatalf("the user's request was not found (ncc %.2f upstream, %.2f at the microphone)", c1, c2)
+		}
+		l.askAt, l.shift = heardAt, upAt-heardAt
+		during(l)
+		st := status(t, sock)
 		stopOmnisat()
-		rec.stop()
-		stopHeard()
+		l.spk.Stop()
+		l.heard.Stop()
 		var sc echoScene
-		sc.session = sim.Sessions()[0]
+		sc.session = l.upstream()
 		if len(sc.session.Rejections) > 0 {
 			t.Fatalf("simulator rejected: %v", sc.session.Rejections)
 		}
 		sc.up = sc.session.Audio
-		sc.heard = readAt(t, heardPath, e2eRate)
-		rec.mu.Lock()
-		sc.spk, sc.spkT0 = rec.samples, rec.start
-		rec.mu.Unlock()
-		// The request is in both: it lines the two up.
-		upAt, c1 := signaltest.Align(ask16, sc.up)
-		heardAt, c2 := signaltest.Align(ask16, sc.heard)
-		if c1 < 0.8 || c2 < 0.8 {
-			t.Fatalf("the user's request was not found (ncc %.2f upstream, %.2f at the microphone)", c1, c2)
-		}
-		sc.shift = upAt - heardAt
-		sc.askEnd = heardAt + len(ask16)
+		sc.heard = l.heard16(t)
+		sc.spk, sc.spkT0 = l.spk.Samples(), l.spk.Start()
+		sc.shift = l.shift
+		sc.askEnd = l.askAt + len(ask16)
+		sc.echoAt, sc.echoEnd, sc.status = l.echoAt, l.echoEnd, st
 		return sc
 	}
 
 	t.Run("aec", func(t *testing.T) {
-		// 72 s of the model talking (the user interrupts after 60 s): the story over and over.
+		// 90 s of the model talking (the user interrupts after 60 s of it): the story over and over.
 		var reply []float32
-		for len(reply) < 72*24000 {
+		for len(reply) < 90*24000 {
 			reply = append(reply, story...)
 			reply = append(reply, make([]float32, 24000/4)...)
 		}
-		sc := run(t, "", reply, func(*realtimetest.Server) {
-			time.Sleep(60 * time.Second)
+		sc := run(t, "", reply, func(l *liveEcho) {
+			// The user speaks once the microphone has heard 60 s of the model.
+			echoAt := l.waitEcho(t, story16)
+			if err := l.heard.WaitLen(l.toHeard(echoAt+60*e2eRate), 5*time.Minute); err != nil {
+				t.Fatal(err)
+			}
 			if err := card.PlayInto(stopPath); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(1500 * time.Millisecond)
+			// The whole phrase and half a second after it reach the server (the barge-in's
+			// force_listen is on a chunk before its end), and the speaker's recording runs on
+			// for 1.5 s of the stream after that chunk arrived: the silence to find.
+			end := l.played(t)
+			up := l.waitUp(t, end+l.shift+e2eRate/2, 2*time.Minute)
+			for _, a := range up.Appends {
+				if a.ForceListen {
+					if err := l.spk.WaitLen(max(position(l.spk, a.At), l.spk.Len())+recordRate*3/2, time.Minute); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+			}
 		})
-		echoAt, c := find(story16, sc.heard, sc.askEnd, len(story16)+10*e2eRate)
-		userAt, c2 := find(stop16, sc.heard, echoAt+50*e2eRate, 30*e2eRate)
-		if c < 0.5 || c2 < 0.5 || userAt < echoAt+50*e2eRate {
-			t.Fatalf("scene not as planned: echo at %.2f s (ncc %.2f), user at %.2f s (ncc %.2f)",
-				float64(echoAt)/e2eRate, c, float64(userAt)/e2eRate, c2)
+		echoAt := sc.echoAt
+		userAt, c := find(stop16, sc.heard, echoAt+50*e2eRate, 30*e2eRate)
+		if c < 0.5 || userAt < echoAt+50*e2eRate {
+			t.Fatalf("scene not as planned: echo at %.2f s, user at %.2f s (ncc %.2f)",
+				float64(echoAt)/e2eRate, float64(userAt)/e2eRate, c)
 		}
 		userOn := userAt + onset(stop16)
 		heardUp := func(i, j int) ([]float32, []float32) { return sc.heard[i:j], sc.up[i+sc.shift : j+sc.shift] }
@@ -194,6 +352,34 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 			windows = append(windows, math.Round((levelDB(h)-levelDB(u))*10)/10)
 		}
 		t.Logf("ERLE per 5 s from 2 s on: %v dB", windows)
+		// What a dip in ERLE or a false barge-in comes with, when the machine is busy: where each
+		// 5 s moved against the one before (a jump: the speaker underran, or the testbed's echo
+		// path changed its delay), audio lost on the way to the server (the user's phrase not
+		// where the request puts it), the agent's playback underruns, the server waiting.
+		spk16, err := devices.Resample(sc.spk, recordRate, e2eRate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reply16, err := devices.Resample(reply, 24000, e2eRate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spkAt, _ := signaltest.Align(reply16[:10*e2eRate], spk16)
+		n := (userOn - echoAt) / (5 * e2eRate)
+		underruns := int64(-1)
+		if sc.status.PlaybackUnderruns != nil {
+			underruns = *sc.status.PlaybackUnderruns
+		}
+		var late time.Duration // the longest wait between two chunks at the server
+		for i := 1; i < len(sc.session.Appends); i++ {
+			late = max(late, sc.session.Appends[i].At.Sub(sc.session.Appends[i-1].At))
+		}
+		upUserAt, _ := find(stop16, sc.up, userAt+sc.shift-e2eRate, len(stop16)+2*e2eRate)
+		t.Logf("drift per 5 s, ms: speaker against the reply %v; echo at the microphone against the speaker %v; "+
+			"the user's phrase at the server %+.1f ms from where the request puts it; playback underruns %d; "+
+			"longest wait between chunks at the server %v",
+			track(reply16, spk16, 0, spkAt, n), track(spk16, sc.heard, spkAt, echoAt, n),
+			float64(upUserAt-userAt-sc.shift)/e2eRate*1000, underruns, late.Round(time.Millisecond))
 		h, u := heardUp(echoAt+2*e2eRate, userOn-e2eRate/10)
 		erle := levelDB(h) - levelDB(u)
 		t.Logf("echo at the microphone %.1f dBFS; sent to the server after 2 s %.1f dBFS: ERLE %.1f dB over %.1f s; "+
@@ -262,12 +448,14 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 
 	t.Run("mute", func(t *testing.T) {
 		reply := slices.Concat(story[:min(len(story), 6*24000)])
-		sc := run(t, "  echo_cancel: mute\n", reply, func(*realtimetest.Server) { time.Sleep(9 * time.Second) })
-		echoAt, c := find(story16[:6*e2eRate], sc.heard, sc.askEnd, 16*e2eRate)
-		if c < 0.5 {
-			t.Fatalf("the echo was not found at the microphone (ncc %.2f)", c)
-		}
-		end := echoAt + 6*e2eRate
+		sc := run(t, "  echo_cancel: mute\n", reply, func(l *liveEcho) {
+			// All of the model's speech reaches the microphone (a second of quiet after it),
+			// and what the microphone heard until its end reaches the server.
+			l.waitEcho(t, story16)
+			end := l.waitEchoEnd(t, len(reply)*e2eRate/24000)
+			l.waitUp(t, end+l.shift+e2eRate/2, 2*time.Minute)
+		})
+		echoAt, end := sc.echoAt, sc.echoEnd
 		leaked, loudest := 0, float32(0)
 		for _, v := range sc.up[echoAt+sc.shift : min(len(sc.up), end+sc.shift)] {
 			if v != 0 {

@@ -105,16 +105,18 @@ func TestRunWritesForTheJournal(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(15 * time.Second)
-		for time.Now().Before(deadline) {
-			if b, _ := os.ReadFile(out.Name()); bytes.Contains(b, []byte("state listening")) {
-				break
-			}
+		// A generous deadline: a busy machine starts the binary (and OpenCV) slowly.
+		listening := func() bool { b, _ := os.ReadFile(out.Name()); return bytes.Contains(b, []byte("state listening")) }
+		deadline := time.Now().Add(time.Minute)
+		for !listening() && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 		b, _ := os.ReadFile(out.Name())
+		if !bytes.Contains(b, []byte("state listening")) {
+			t.Fatalf("omnisat run did not reach listening within a minute:\n%s", b)
+		}
 		return string(b)
 	}
 
@@ -156,13 +158,16 @@ func TestRunLogFormatFlag(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"run", "--simulator", "--log-format", "json", "-c", cfg, "--state-dir", dir}, env)
 	}()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(out.String(), "state listening") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	cancel()
 	if code := <-done; code != exitOK {
 		t.Fatalf("run exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "state listening") {
+		t.Fatalf("run did not reach listening within a minute: %s", out.String())
 	}
 	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
 	for _, line := range lines {

@@ -41,6 +41,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"chat", "hi"}, exitUsage, "no server"},
 		{[]string{"chat", "--server", "ws://x", "--dialect", "legacy", "hi"}, exitUsage, "legacy dialect has no chat mode"},
 		{[]string{"simulate", "--fault", "explode"}, exitUsage, "explode"},
+		{[]string{"simulate", "--quirk", "slow"}, exitUsage, `quirk "slow" is unknown`},
 		{[]string{"version", "extra"}, exitUsage, "unexpected argument"},
 		{[]string{"ctl"}, exitUsage, "no command"},
 		{[]string{"ctl", "--socket", "/nonexistent.sock", "dance"}, exitUsage, "unknown command"},

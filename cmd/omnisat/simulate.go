@@ -25,9 +25,14 @@ func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
 	fs.BoolVar(&o.ChatDisabled, "chat-disabled", false, "refuse mode=chat with close 1008")
 	fs.IntVar(&o.OpenVoiceTTSRate, "tts-rate", 0, "OpenVoice TTS audio sample rate (default 24000)")
 	models := fs.String("models", "", "OpenVoice: comma-separated STT models the server knows; any other is refused with model_not_found (default: any)")
+	ttsModels := fs.String("tts-models", "", "OpenVoice: comma-separated TTS models the server knows; tts.speak under another model_tts gets only an error (default: any)")
+	fs.DurationVar(&o.OpenVoiceInactivity, "inactivity", 0, "OpenVoice: end a session that sends no audio for this long (default 60s)")
+	fs.Float64Var(&o.OpenVoiceSynthesisSpeed, "synthesis-speed", 0, "OpenVoice: seconds of TTS audio produced per second (default 4)")
+	var quirks stringList
+	fs.Var(&quirks, "quirk", "play a quirk of real current-dialect deployments (repeatable): "+strings.Join(realtimetest.Quirks, ", "))
 	fs.BoolVar(&o.LateQueueLeave, "late-queue-leave", false, "play the real gateway's queue: updates only on the --queue-update timer, a queued client's disconnect noticed only at its next update, a worker handed to a gone client lost (jammed)")
 	var faults stringList
-	fs.Var(&faults, "fault", "arm a fault (repeatable): drop, stall, invalid-json, oversize, bad-delta, close, refuse, backend-error, stall-init; options after ':' e.g. close:reason=timeout,delay=100ms, close:keep-open=true, refuse:count=2,code=queue_full, backend-error:count=3")
+	fs.Var(&faults, "fault", "arm a fault (repeatable): drop, stall, invalid-json, oversize, bad-delta, close, refuse, backend-error, stall-init, error; options after ':' e.g. close:reason=timeout,delay=100ms, close:keep-open=true, refuse:count=2,code=queue_full, backend-error:count=3, error:code=session_failed,after=2")
 	verbose := fs.Bool("v", false, "log every connection and protocol violation")
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -37,9 +42,11 @@ func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
 		return exitUsage
 	}
 	o.Dialect = realtimetest.Dialect(*dialect)
-	for _, m := range strings.Split(*models, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			o.Models = append(o.Models, m)
+	o.Models, o.TTSModels = splitList(*models), splitList(*ttsModels)
+	for _, q := range quirks {
+		if err := o.SetQuirk(q); err != nil {
+			fmt.Fprintf(env.stderr, "omnisat simulate: --quirk: %v\n", err)
+			return exitUsage
 		}
 	}
 	for _, spec := range faults {
@@ -66,4 +73,15 @@ func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
 	<-ctx.Done()
 	srv.Close()
 	return exitOK
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, m := range strings.Split(s, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -1,6 +1,6 @@
 // Package signaltest measures recorded audio for tests: where a known signal sits in a
-// recording and how closely it matches (normalised cross-correlation), and when a recording
-// falls silent.
+// recording and how closely it matches (normalised cross-correlation), whether it plays whole
+// through the silences a starved device inserts, and when a recording falls silent.
 package signaltest
 
 import (
@@ -133,4 +133,80 @@ func SilentFrom(s []float32, from, win, hold int, threshold float64) int {
 		}
 	}
 	return -1
+}
+
+// Follow follows ref through sig, which plays it from sig[lag] on but may hold stretches of
+// silence that ref does not (a starved device that underran plays silence, then goes on where
+// it was), piece samples of ref at a time. Each piece is found at most maxGap later than the
+// one before it ended, whole or cut once by a gap of its own; tol samples of jitter are allowed
+// either way. It returns the gaps found (samples each, in order) and the lowest normalised
+// cross-correlation of a piece: near 1 when sig is ref with gaps, low when something of ref is
+// missing, distorted or out of order.
+func Follow(ref, sig []float32, lag, piece, maxGap, tol int) (gaps []int, worst float64) {
+	worst = 1
+	quiet := 0.01 * RMS(ref) // a piece this quiet is a pause: nothing to find
+	off := lag               // sig index − ref index, gaps included
+	for at := 0; at < len(ref); at += piece {
+		r := ref[at:min(len(ref), at+piece)]
+		if RMS(r) <= quiet {
+			continue
+		}
+		// The whole piece, after a gap of up to maxGap before it (or none).
+		from := max(0, at+off-tol)
+		to := min(len(sig), at+off+len(r)+maxGap+tol)
+		if from >= to {
+			return gaps, 0
+		}
+		l, best := Align(r, sig[from:to])
+		next := from + l - at
+		if best < 0.98 {
+			// A gap inside the piece: its head where the last piece left off, its tail later.
+			// Only a clear improvement counts, so that a misplaced scrap of tail never does.
+			step := max(1, piece/50)
+			for cut := step; cut < len(r); cut += step {
+				head, tail := r[:cut], r[cut:]
+				tFrom := max(0, at+cut+off-tol)
+				tTo := min(len(sig), at+cut+off+len(tail)+maxGap+tol)
+				if tFrom >= tTo {
+					break
+				}
+				tl, _ := Align(tail, sig[tFrom:tTo])
+				tailOff := tFrom + tl - at - cut
+				if tailOff <= off+tol {
+					continue // no gap: the whole piece covers it
+				}
+				if c := nccParts(head, tail, sig, at+off, at+cut+tailOff); c > best+0.02 {
+					best, next = c, tailOff
+				}
+			}
+		}
+		worst = min(worst, best)
+		if next > off+tol {
+			gaps = append(gaps, next-off)
+		}
+		off = next
+	}
+	return gaps, worst
+}
+
+// nccParts is the normalised cross-correlation of head+tail against sig with head at sig[h]
+// and tail at sig[t].
+func nccParts(head, tail, sig []float32, h, t int) float64 {
+	var dot, er, es float64
+	for _, p := range []struct {
+		r  []float32
+		at int
+	}{{head, h}, {tail, t}} {
+		for i, r := range p.r {
+			er += float64(r) * float64(r)
+			if j := p.at + i; j >= 0 && j < len(sig) {
+				dot += float64(r) * float64(sig[j])
+				es += float64(sig[j]) * float64(sig[j])
+			}
+		}
+	}
+	if er == 0 || es == 0 {
+		return 0
+	}
+	return dot / math.Sqrt(er*es)
 }

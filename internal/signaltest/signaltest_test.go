@@ -3,6 +3,7 @@ package signaltest
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -44,5 +45,59 @@ func TestSilentFrom(t *testing.T) {
 	}
 	if got := SilentFrom(s[:5000], 0, 100, 1000, 0.01); got != -1 {
 		t.Fatalf("found silence in a loud signal at %d", got)
+	}
+}
+
+// Follow finds a reference through the silences a starved device inserts, and only then.
+func TestFollowThroughGaps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const rate = 8000
+	ref := make([]float32, 3*rate)
+	for i := range ref {
+		// noise with a pause in the middle, as speech has
+		if i < 14000 || i > 16000 {
+			ref[i] = float32(rng.NormFloat64() * 0.1)
+		}
+	}
+	noisy := func(parts ...[]float32) []float32 {
+		var s []float32
+		for _, p := range parts {
+			s = append(s, p...)
+		}
+		for i := range s {
+			s[i] = 0.5*s[i] + float32(rng.NormFloat64()*0.002)
+		}
+		return s
+	}
+	silence := func(n int) []float32 { return make([]float32, n) }
+	piece, maxGap, tol := rate/2, rate, rate/200
+
+	for _, tt := range []struct {
+		name  string
+		sig   []float32
+		gaps  []int
+		worse bool // something of ref is missing: the worst piece must show it
+	}{
+		{"unbroken", noisy(silence(800), ref, silence(800)), nil, false},
+		{"gaps inside and between pieces", noisy(silence(800), ref[:1300], silence(160), ref[1300:8000], silence(1600),
+			ref[8000:19100], silence(400), ref[19100:], silence(800)), []int{160, 1600, 400}, false},
+		{"a stretch of it lost", noisy(silence(800), ref[:6000], ref[6800:], silence(1600)), nil, true},
+		{"a stretch of it lost for silence", noisy(silence(800), ref[:6000], silence(800), ref[6800:]), nil, true},
+	} {
+		gaps, worst := Follow(ref, tt.sig, 800, piece, maxGap, tol)
+		switch {
+		case tt.worse && worst > 0.9:
+			t.Errorf("%s: worst piece ncc %.3f, want it to show the loss", tt.name, worst)
+		case !tt.worse && (worst < 0.98 || !slices.Equal(gaps, tt.gaps)):
+			t.Errorf("%s: gaps %v, worst ncc %.3f; want gaps %v, ncc ≥ 0.98", tt.name, gaps, worst, tt.gaps)
+		}
+	}
+	// Unrelated sound is not the reference.
+	other := make([]float32, len(ref)+1600)
+	for i := range other {
+		other[i] = float32(rng.NormFloat64() * 0.1)
+	}
+	if _, worst := Follow(ref, other, 800, piece, maxGap, tol); worst > 0.3 {
+		t.Errorf("noise followed with worst ncc %.3f", worst)
 	}
 }

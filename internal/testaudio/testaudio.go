@@ -5,6 +5,10 @@
 //     program captures from the default source, "mic.monitor".
 //   - The sink "spk" is the default output: what the program plays lands there, and Record
 //     captures it from "spk.monitor".
+//   - Listen records a source into memory as it plays, so that a test can wait until the
+//     recording holds what it needs (counted in samples) instead of sleeping for the time that
+//     should take: on a busy machine the program, the daemon and the tools start late, but the
+//     streams' positions stay true.
 //
 // Start points PULSE_SERVER (with t.Setenv, so the calling test cannot be parallel) at the
 // daemon's socket. PortAudio then reaches it through ALSA: Debian's libasound2-plugins installs
@@ -24,7 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/omnisat/omnisat/internal/syncbuf"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +38,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/omnisat/omnisat/internal/syncbuf"
 )
 
 // Card is one private PulseAudio daemon.
@@ -294,6 +300,148 @@ func (c *Card) RecordFrom(t testing.TB, source, path string) (stop func()) {
 			t.Fatalf("testaudio: parecord wrote nothing to %s within 10 s: %s", path, out.String())
 		}
 	}
+}
+
+// Recording is a source of the card recorded into memory as it plays (pacat, mono 16-bit at
+// Rate), for tests that must act on what has been heard so far: wait until the recording holds
+// enough of something, measured in samples, instead of sleeping for the time it should take.
+// Positions in it are stream positions of the daemon's clock, which keeps running in real time
+// however late the program under test or the test itself runs; a busy machine delays when the
+// samples arrive, never which samples they are.
+type Recording struct {
+	// Rate is the recording's sample rate.
+	Rate int
+
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when pacat's output has been read to its end
+	out     syncbuf.Buffer
+	stopped sync.Once
+
+	mu      sync.Mutex
+	samples []float32
+	start   time.Time     // wall time of samples[0], an upper bound (see Start)
+	grew    chan struct{} // closed and replaced whenever samples grow
+}
+
+// Listen records source ("spk.monitor": what the program plays; "mic.monitor": what its
+// microphone hears) at rate, mono, for the rest of the test or until Stop. It returns once the
+// recording runs (50 ms of it are in), so that a sound played afterwards is in it.
+func (c *Card) Listen(t testing.TB, source string, rate int) *Recording {
+	t.Helper()
+	if !Require(t, "pacat") {
+		return nil
+	}
+	// A short buffer keeps the wall-clock estimate of sample 0 tight (Start); the server
+	// keeps up to 4 MB (20 s here) for a reader that is late, so nothing is lost under load.
+	cmd := exec.Command("pacat", "--record", "--device="+source, "--raw", "--format=s16le",
+		"--rate="+strconv.Itoa(rate), "--channels=1", "--latency-msec=5")
+	cmd.Env = c.env
+	r := &Recording{Rate: rate, cmd: cmd, done: make(chan struct{}), grew: make(chan struct{})}
+	cmd.Stderr = &r.out
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("testaudio: record %s: %v", source, err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("testaudio: record %s: start pacat: %v", source, err)
+	}
+	go r.read(pipe)
+	t.Cleanup(r.Stop)
+	if err := r.WaitLen(rate/20, 30*time.Second); err != nil {
+		r.Stop()
+		t.Fatalf("testaudio: record %s: %v", source, err)
+	}
+	return r
+}
+
+// read turns pacat's output into samples until it ends.
+func (r *Recording) read(pipe io.Reader) {
+	defer close(r.done)
+	buf := make([]byte, 8192)
+	var odd []byte // a sample split between two reads
+	for {
+		n, err := pipe.Read(buf)
+		now := time.Now()
+		if n > 0 {
+			b := append(odd, buf[:n]...)
+			r.mu.Lock()
+			for i := 0; i+1 < len(b); i += 2 {
+				r.samples = append(r.samples, float32(int16(uint16(b[i])|uint16(b[i+1])<<8))/32768)
+			}
+			odd = append(odd[:0:0], b[len(b)-len(b)%2:]...)
+			// Data arrives after it was captured: each read bounds the time of sample 0 from
+			// above, and the earliest bound is the tightest.
+			if est := now.Add(-time.Duration(len(r.samples)) * time.Second / time.Duration(r.Rate)); r.start.IsZero() || est.Before(r.start) {
+				r.start = est
+			}
+			close(r.grew)
+			r.grew = make(chan struct{})
+			r.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Len is how many samples have been recorded so far.
+func (r *Recording) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.samples)
+}
+
+// Samples is the recording so far. The slice is the recording's own (later samples are
+// appended after it, never written into it): read it, do not change it.
+func (r *Recording) Samples() []float32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.samples[:len(r.samples):len(r.samples)]
+}
+
+// Start is the wall-clock time of sample 0, as an upper bound: a latency measured from a wall
+// time to a sample position with it is never underestimated.
+func (r *Recording) Start() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.start
+}
+
+// WaitLen waits until the recording holds n samples, for at most within; it wakes on each
+// piece of audio that arrives, not on a timer.
+func (r *Recording) WaitLen(n int, within time.Duration) error {
+	timeout := time.NewTimer(within)
+	defer timeout.Stop()
+	for {
+		r.mu.Lock()
+		have, grew := len(r.samples), r.grew
+		r.mu.Unlock()
+		if have >= n {
+			return nil
+		}
+		select {
+		case <-grew:
+		case <-r.done:
+			if r.Len() >= n {
+				return nil
+			}
+			return fmt.Errorf("pacat stopped after %.2f s of %.2f s: %s", float64(r.Len())/float64(r.Rate),
+				float64(n)/float64(r.Rate), strings.TrimSpace(r.out.String()))
+		case <-timeout.C:
+			return fmt.Errorf("%.2f s recorded within %v, want %.2f s", float64(r.Len())/float64(r.Rate), within,
+				float64(n)/float64(r.Rate))
+		}
+	}
+}
+
+// Stop ends the recording (SIGTERM to pacat's pid) and waits until everything it recorded
+// has been read.
+func (r *Recording) Stop() {
+	r.stopped.Do(func() {
+		r.cmd.Process.Signal(syscall.SIGTERM)
+		<-r.done
+		r.cmd.Wait()
+	})
 }
 
 // Speech writes text spoken by espeak-ng (22.05 kHz mono WAV) into the test's temporary

@@ -187,12 +187,15 @@ type appendMsg struct {
 }
 
 type chatMsg struct {
-	Messages       []ChatMessage
-	Streaming      bool
-	TTS            bool
-	Generation     map[string]any
-	EnableThinking bool
-	MaxSliceNums   int
+	Messages           []ChatMessage
+	Streaming          bool
+	TTS                bool
+	TTSRefAudioSamples int
+	Generation         map[string]any
+	EnableThinking     bool
+	OmniMode           bool
+	UseTTSTemplate     bool
+	MaxSliceNums       int
 }
 
 var legacyEvents = map[string]bool{evSessionUpdate: true, evBufferAppend: true}
@@ -472,17 +475,18 @@ func decodeChat(in obj) (*chatMsg, error) {
 		if c.TTS, _, err = tts.boolean("enabled", where+".tts"); err != nil {
 			return nil, err
 		}
-		if _, err := refAudio(tts, "ref_audio_data", where+".tts"); err != nil {
+		if c.TTSRefAudioSamples, err = refAudio(tts, "ref_audio_data", where+".tts"); err != nil {
 			return nil, err
 		}
 	}
 	if c.EnableThinking, _, err = in.boolean("enable_thinking", where); err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"omni_mode", "use_tts_template"} {
-		if _, _, err := in.boolean(k, where); err != nil {
-			return nil, err
-		}
+	if c.OmniMode, _, err = in.boolean("omni_mode", where); err != nil {
+		return nil, err
+	}
+	if c.UseTTSTemplate, _, err = in.boolean("use_tts_template", where); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -555,112 +559,4 @@ func decodeChatMessage(raw json.RawMessage, where string) (ChatMessage, error) {
 	}
 	m.Text = strings.Join(texts, "\n")
 	return m, nil
-}
-
-// ovMsg is one decoded OpenVoice client text frame.
-type ovMsg struct {
-	Type      string
-	Configure *ovConfigure
-	Text      string // tts.speak
-	Voice     string // tts.speak
-}
-
-type ovConfigure struct {
-	Sensitivity string
-	Language    string
-	HotWords    []string
-	TTSModel    string
-}
-
-// ovError is an OpenVoice protocol error; recoverable ones do not end the session.
-type ovError struct {
-	msg         string
-	recoverable bool
-}
-
-func (e *ovError) Error() string { return e.msg }
-
-func fatal(err error) error { return &ovError{msg: err.Error()} }
-
-// decodeOpenVoice decodes an OpenVoice client text frame. Errors are *ovError.
-func decodeOpenVoice(data []byte) (ovMsg, error) {
-	o, typ, err := messageType(data)
-	if err != nil {
-		return ovMsg{}, fatal(err)
-	}
-	m := ovMsg{Type: typ}
-	switch typ {
-	case evConfigure:
-		m.Configure, err = decodeConfigure(o)
-		if err != nil {
-			return m, fatal(err)
-		}
-	case evTTSSpeak:
-		var ok bool
-		if m.Text, ok, err = o.str("text", typ); err != nil {
-			return m, fatal(err)
-		}
-		if !ok || strings.TrimSpace(m.Text) == "" {
-			return m, &ovError{msg: "tts.speak text is empty: nothing to synthesize", recoverable: true}
-		}
-		if m.Voice, _, err = o.str("voice", typ); err != nil {
-			return m, fatal(err)
-		}
-	case evTTSCancel, evSessionClose:
-	default:
-		return m, fatal(fmt.Errorf("unknown event type %q (OpenVoice accepts session.configure, tts.speak, tts.cancel, session.close and binary PCM16 audio)", typ))
-	}
-	return m, nil
-}
-
-func decodeConfigure(o obj) (*ovConfigure, error) {
-	const where = "session.configure"
-	c := &ovConfigure{}
-	for k := range o {
-		switch k {
-		case "type", "vad", "language", "hot_words", "tts_model":
-		default:
-			return nil, fmt.Errorf("%s has unknown field %q (known: vad.sensitivity, language, hot_words, tts_model)", where, k)
-		}
-	}
-	vad, _, err := o.object("vad", where)
-	if err != nil {
-		return nil, err
-	}
-	for k := range vad {
-		if k != "sensitivity" {
-			return nil, fmt.Errorf("%s.vad has unknown field %q (known: sensitivity)", where, k)
-		}
-	}
-	if vad != nil {
-		s, ok, err := vad.str("sensitivity", where+".vad")
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case !ok:
-		case s == "high" || s == "normal" || s == "low":
-			c.Sensitivity = s
-		default:
-			return nil, fmt.Errorf("%s.vad.sensitivity is %q: must be high, normal or low", where, s)
-		}
-	}
-	if c.Language, _, err = o.str("language", where); err != nil {
-		return nil, err
-	}
-	if c.TTSModel, _, err = o.str("tts_model", where); err != nil {
-		return nil, err
-	}
-	hw, _, err := o.array("hot_words", where)
-	if err != nil {
-		return nil, err
-	}
-	for i, raw := range hw {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, fmt.Errorf("%s.hot_words[%d] must be a string", where, i)
-		}
-		c.HotWords = append(c.HotWords, s)
-	}
-	return c, nil
 }

@@ -19,6 +19,9 @@ const (
 	FaultBadDelta    FaultKind = "bad-delta"    // send an audio delta whose base64 is garbage, then carry on
 	FaultClose       FaultKind = "close"        // send session.closed{reason: Reason} early
 	FaultRefuse      FaultKind = "refuse"       // at connect: error{code: Code} then close 1013
+	// FaultError sends an error event mid-session (Code, default inference_failed) and goes on;
+	// with code session_failed (current) the gateway then gives the session up with close 1011.
+	FaultError FaultKind = "error"
 	// FaultBackendError answers the init with session.closed{session_id:null, reason:"backend_error"}
 	// before session.created, as a current-dialect worker does whose backend is down or still busy.
 	FaultBackendError FaultKind = "backend-error"
@@ -31,7 +34,7 @@ const (
 const DefaultOversize = 20 << 20
 
 var faultKinds = []FaultKind{FaultDrop, FaultStall, FaultInvalidJSON, FaultOversize, FaultBadDelta, FaultClose, FaultRefuse,
-	FaultBackendError, FaultStallInit}
+	FaultBackendError, FaultStallInit, FaultError}
 
 // atConnect reports whether the fault acts before session.created (not counted in chunks).
 func (k FaultKind) atConnect() bool {
@@ -43,7 +46,7 @@ type Fault struct {
 	Kind         FaultKind
 	AfterAppends int    // fire once the session has accepted this many input chunks (chat: input.append); 0 = when the session is created; ignored for refuse
 	Reason       string // FaultClose: session.closed reason (default "backend_error")
-	Code         string // FaultRefuse: error code (default "worker_busy")
+	Code         string // FaultRefuse: error code (default "worker_busy"); FaultError: default "inference_failed"
 	Size         int    // FaultOversize: frame size in bytes (default DefaultOversize)
 	Count        int    // how many sessions (connections for refuse) it fires on; 0 = every one
 	// Delay: the fault fires this long after it is due (after=0: after session.created), e.g. a
@@ -107,8 +110,8 @@ func (f Fault) Validate() error {
 	if f.Reason != "" && f.Kind != FaultClose {
 		return fmt.Errorf("fault %q: reason applies only to close", f.Kind)
 	}
-	if f.Code != "" && f.Kind != FaultRefuse {
-		return fmt.Errorf("fault %q: code applies only to refuse", f.Kind)
+	if f.Code != "" && f.Kind != FaultRefuse && f.Kind != FaultError {
+		return fmt.Errorf("fault %q: code applies only to refuse and error", f.Kind)
 	}
 	if f.Size != 0 && f.Kind != FaultOversize {
 		return fmt.Errorf("fault %q: size applies only to oversize", f.Kind)
@@ -124,6 +127,9 @@ func (f Fault) validFor(d Dialect) error {
 	if f.Kind == FaultBackendError && d != Current {
 		return fmt.Errorf("fault %q: only current-dialect chains answer an init with backend_error", f.Kind)
 	}
+	if f.Kind == FaultError && f.Code == "session_failed" && d != Current {
+		return fmt.Errorf("fault %q: session_failed comes from current-dialect gateways only", f.Kind)
+	}
 	return nil
 }
 
@@ -138,8 +144,9 @@ func kindList() string {
 // ParseFault parses the CLI form of a fault: KIND[:KEY=VALUE[,KEY=VALUE...]], for example
 // "drop", "stall:after=3", "close:reason=timeout,after=2", "refuse:count=2,code=queue_full",
 // "oversize:size=20000000", "close:reason=timeout,delay=100ms", "close:keep-open=true",
-// "backend-error:count=3". Keys: after, count (non-negative integers), reason (close), code
-// (refuse), size (oversize, bytes), delay (a duration), keep-open (close; true or false).
+// "backend-error:count=3", "error:code=session_failed,after=2". Keys: after, count (non-negative
+// integers), reason (close), code (refuse, error), size (oversize, bytes), delay (a duration),
+// keep-open (close; true or false).
 func ParseFault(s string) (Fault, error) {
 	s = strings.TrimSpace(s)
 	kind, rest, hasArgs := strings.Cut(s, ":")

@@ -30,6 +30,8 @@ func seedMessages(f *testing.F) {
 	f.Add([]byte(`[`), uint8(0))
 	f.Add([]byte(`null`), uint8(1))
 	f.Add([]byte(`{"type":"session.configure","vad":{"sensitivity":"high"},"hot_words":["a"]}`), uint8(0))
+	f.Add([]byte(`{"type":"session.configure","vad_sensitivity":"low","model_tts":"k","silence_timeout_ms":1500,"enable_itn":false,"preprocessing":{"denoise":true}}`), uint8(0))
+	f.Add([]byte(`{"type":["x"]}`), uint8(0))
 	f.Add([]byte(`{"type":"tts.speak","text":"hello there","voice":"v"}`), uint8(0))
 }
 
@@ -99,8 +101,11 @@ func FuzzDecodeOpenVoice(f *testing.F) {
 			}
 			return
 		}
-		if msg.Type == evTTSSpeak && msg.Text == "" {
+		if msg.Type == evTTSSpeak && (msg.Speak == nil || msg.Speak.Text == "") {
 			t.Fatal("accepted an empty tts.speak")
+		}
+		if msg.Type == evConfigure && msg.Configure == nil {
+			t.Fatal("session.configure without its settings")
 		}
 	})
 }

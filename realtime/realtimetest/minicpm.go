@@ -94,7 +94,7 @@ func (s *session) initSession(typ string, in *initMsg) {
 			runtime = "turn_based"
 		}
 		s.sendJSON(map[string]any{"type": "session.created", "session_id": s.sid, "mode": runtime,
-			"metrics": map[string]any{}, "server_send_ts": serverTS()})
+			"metrics": map[string]any{}, "server_send_ts": s.serverTS()})
 	}
 	s.state = stActive
 	s.log.Info("simulator: session created", "id", s.sid)
@@ -106,9 +106,13 @@ func (s *session) closeEcho(reason string) {
 	s.releaseWorker()
 	s.srv.update(func() { s.rec.CloseReason = reason })
 	echo := cmp.Or(reason, "client_closed")
-	s.sendClosed(echo, "")
-	if s.dialect == Legacy {
-		s.sendClosed(echo, "") // the legacy gateway and worker both answer
+	answer := echo
+	if s.srv.opts.CloseBackendError && s.dialect == Current {
+		answer = "backend_error" // the upstream worker's shutdown race
+	}
+	s.sendClosed(answer, "")
+	if s.dialect == Legacy || s.srv.opts.DoubleClosed {
+		s.sendClosed(answer, "") // the gateway and the worker both answer
 	}
 	s.clientClosed = true
 	s.closeWith(websocket.CloseNormalClosure, "")
@@ -188,7 +192,7 @@ func (s *session) step(a *appendMsg, at time.Time) {
 	if s.dialect == Current && !s.srv.opts.NoExtraEvents {
 		if s.accepted%3 == 0 {
 			s.sendJSON(map[string]any{"type": "response.output.delta", "kind": "audio_tokens", "session_id": s.sid,
-				"response_id": resp, "tokens": []int{101, 202, 303}, "metrics": s.metrics(0), "server_send_ts": serverTS()})
+				"response_id": resp, "tokens": []int{101, 202, 303}, "metrics": s.metrics(0), "server_send_ts": s.serverTS()})
 		}
 		s.sendJSON(map[string]any{"type": "response.step.done", "session_id": s.sid, "response_id": resp})
 	}
@@ -212,7 +216,7 @@ func (s *session) inputID() string { return fmt.Sprintf("%s_in_%d", s.sid, s.acc
 
 func (s *session) currentDelta(kind, resp string, extra map[string]any, nTokens int) {
 	m := map[string]any{"type": "response.output.delta", "kind": kind, "session_id": s.sid, "response_id": resp,
-		"input_id": s.inputID(), "metrics": s.metrics(nTokens), "server_send_ts": serverTS()}
+		"input_id": s.inputID(), "metrics": s.metrics(nTokens), "server_send_ts": s.serverTS()}
 	for k, v := range extra {
 		m[k] = v
 	}
@@ -266,7 +270,11 @@ func (s *session) emitReplyChunk(text string) string {
 		return s.replyResp
 	}
 	s.currentDelta("audio", s.replyResp, map[string]any{"audio": encodeFloat32(chunk)}, 0)
-	if last {
+	switch {
+	case last && s.srv.opts.DuplexDone: // the C++ backend's end of a spoken turn
+		s.sendJSON(map[string]any{"type": "response.done", "session_id": s.sid, "response_id": s.replyResp,
+			"reason": "turn_end", "metrics": s.metrics(0), "server_send_ts": s.serverTS()})
+	case last:
 		s.emitListen(s.replyResp) // the PyTorch backend's end of a spoken turn
 	}
 	return s.replyResp
@@ -278,7 +286,8 @@ func (s *session) chatTurn(c *chatMsg, at time.Time) {
 	reply := chatReply(c.Messages)
 	s.srv.update(func() {
 		s.rec.ChatRequests = append(s.rec.ChatRequests, ChatRecord{At: at, Messages: c.Messages, Streaming: c.Streaming,
-			TTS: c.TTS, Generation: c.Generation, EnableThinking: c.EnableThinking, MaxSliceNums: c.MaxSliceNums, Reply: reply})
+			TTS: c.TTS, TTSRefAudioSamples: c.TTSRefAudioSamples, Generation: c.Generation, EnableThinking: c.EnableThinking,
+			OmniMode: c.OmniMode, UseTTSTemplate: c.UseTTSTemplate, MaxSliceNums: c.MaxSliceNums, Reply: reply})
 	})
 	in := 0
 	for _, m := range c.Messages {
@@ -293,7 +302,7 @@ func (s *session) chatTurn(c *chatMsg, at time.Time) {
 		audio = synthVoice(len(pieces), outputRate)
 	}
 	done := map[string]any{"type": "response.done", "session_id": s.sid, "response_id": resp, "text": reply,
-		"reason": "turn_end", "server_send_ts": serverTS()}
+		"reason": "turn_end", "server_send_ts": s.serverTS()}
 	if c.Streaming {
 		for _, p := range pieces {
 			s.currentDelta("text", resp, map[string]any{"text": p}, 1)

@@ -14,6 +14,7 @@ type SessionRecord struct {
 	Mode       string  // public mode: "video", "audio", "chat" (MiniCPM dialects) or "openvoice"
 	Dialect    Dialect // dialect the server spoke on this connection
 	Model      string  // OpenVoice: the model query parameter
+	Language   string  // OpenVoice: the language query parameter (what the real server transcribes in)
 	RemoteAddr string
 
 	ConnectedAt time.Time // WebSocket upgrade accepted
@@ -32,6 +33,12 @@ type SessionRecord struct {
 	Audio        []float32      // every accepted input sample concatenated, 16 kHz mono
 	ReplyAudio   []float32      // every full-duplex reply sample sent, concatenated, 24 kHz mono
 	ChatRequests []ChatRecord   // every accepted chat-mode input.append
+	TTSRequests  []TTSRecord    // OpenVoice: every accepted tts.speak, in order
+	// Commits counts OpenVoice input_audio_buffer.commit commands.
+	Commits int
+	// DroppedFrames counts OpenVoice binary frames the server's flow control dropped (its
+	// backlog was over 10 s: session.frames_dropped); they are not in Appends or Audio.
+	DroppedFrames int
 
 	Received   []string // type of every client message in order ("binary" for binary frames)
 	Sent       []string // type of every server message in order ("binary" for binary frames)
@@ -74,12 +81,31 @@ type InitRecord struct {
 	Config             map[string]any // current dialect payload.config as decoded JSON
 	ForceListenCount   int            // effective number of forced listen chunks for this session
 
-	// OpenVoice session.configure (last one wins; Configures counts them).
+	// OpenVoice session.configure (for each field the last value given wins; Configures counts
+	// the commands).
 	Configures     int
 	VADSensitivity string
-	Language       string
-	HotWords       []string
-	TTSModel       string
+	// Language is the configure field, which the real server only logs: the language query
+	// parameter (SessionRecord.Language) is what applies.
+	Language         string
+	HotWords         []string
+	TTSModel         string // model_tts
+	SilenceTimeoutMS int
+	HoldTimeoutMS    int
+	EnableITN        *bool
+}
+
+// TTSRecord is one OpenVoice tts.speak the server accepted.
+type TTSRecord struct {
+	At        time.Time
+	RequestID string // the client's, or the one the server made up (tts_<8 hex>)
+	Text      string
+	Voice     string
+	Model     string // the model_tts in force, "" for the server's default
+	// Outcome: "spoken" (tts.speaking_end{cancelled:false}), "cancelled" (by tts.cancel, a new
+	// tts.speak or the end of the session), "error: <code>" (only an error was sent), "silent"
+	// (nothing to say: the real server then sends no event at all), "" while it runs.
+	Outcome string
 }
 
 // AppendRecord describes one accepted input chunk.
@@ -101,14 +127,17 @@ type FrameInfo struct {
 
 // ChatRecord describes one accepted chat-mode input.append.
 type ChatRecord struct {
-	At             time.Time
-	Messages       []ChatMessage
-	Streaming      bool
-	TTS            bool
-	Generation     map[string]any
-	EnableThinking bool
-	MaxSliceNums   int    // input.image.max_slice_nums, 0 if not given
-	Reply          string // the text the simulator answered
+	At                 time.Time
+	Messages           []ChatMessage
+	Streaming          bool
+	TTS                bool
+	TTSRefAudioSamples int // input.tts.ref_audio_data samples (float32, 16 kHz), 0 if none
+	Generation         map[string]any
+	EnableThinking     bool
+	OmniMode           bool
+	UseTTSTemplate     bool
+	MaxSliceNums       int    // input.image.max_slice_nums, 0 if not given
+	Reply              string // the text the simulator answered
 }
 
 // ChatMessage is one message of a chat request.
@@ -137,6 +166,7 @@ func (r *SessionRecord) clone() SessionRecord {
 			c.ChatRequests[i] = q.clone()
 		}
 	}
+	c.TTSRequests = slices.Clone(r.TTSRequests)
 	c.Received = slices.Clone(r.Received)
 	c.Sent = slices.Clone(r.Sent)
 	c.Rejections = slices.Clone(r.Rejections)
@@ -146,6 +176,10 @@ func (r *SessionRecord) clone() SessionRecord {
 func (r InitRecord) clone() InitRecord {
 	r.Config = cloneJSONMap(r.Config)
 	r.HotWords = slices.Clone(r.HotWords)
+	if r.EnableITN != nil {
+		v := *r.EnableITN
+		r.EnableITN = &v
+	}
 	return r
 }
 

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,26 @@ func ParseDialect(s string) (Dialect, error) {
 		return d, nil
 	}
 	return "", fmt.Errorf("dialect %q is unknown (want current, legacy or openvoice)", s)
+}
+
+// Quirks lists the names SetQuirk takes, for the command line.
+var Quirks = []string{"duplex-done", "double-closed", "ms-timestamps", "close-backend-error"}
+
+// SetQuirk turns on the quirk of that name (see Quirks and the Options fields of the same names).
+func (o *Options) SetQuirk(name string) error {
+	switch name {
+	case "duplex-done":
+		o.DuplexDone = true
+	case "double-closed":
+		o.DoubleClosed = true
+	case "ms-timestamps":
+		o.MillisecondTS = true
+	case "close-backend-error":
+		o.CloseBackendError = true
+	default:
+		return fmt.Errorf("quirk %q is unknown (want one of %s)", name, strings.Join(Quirks, ", "))
+	}
+	return nil
 }
 
 // Path is the only endpoint the simulator serves; anything else is 404.
@@ -72,11 +93,35 @@ type Options struct {
 
 	OpenVoiceTTSRate   int // PCM16 TTS audio rate sent by the OpenVoice simulator; default 24000
 	OpenVoiceInputRate int // rate assumed for incoming OpenVoice PCM16; default 16000
+	// OpenVoiceInactivity: an OpenVoice session that receives no binary audio for this long is
+	// closed with session.closed{inactivity_timeout} and close 1000 (JSON and TTS do not count),
+	// as the real server does after 60 s. Default 60s.
+	OpenVoiceInactivity time.Duration
+	// OpenVoiceSynthesisSpeed is how many seconds of TTS audio the OpenVoice simulator produces
+	// per second: real engines send audio as fast as they synthesise it. Default 4.
+	OpenVoiceSynthesisSpeed float64
+	// TTSModels are the OpenVoice TTS models the server knows; a tts.speak under another
+	// model_tts gets only error{code:"model_not_found", recoverable:true}. Empty: any.
+	TTSModels []string
 
 	NoExtraEvents bool          // current dialect: do not send response.step.done and kind:"audio_tokens" deltas
 	StepDelay     time.Duration // simulated model time per full-duplex step / chat turn; default 0
 	ReadLimit     int64         // largest client message in bytes; default DefaultReadLimit
 	SpeechDBFS    float64       // energy detector threshold in dBFS (RMS over 20 ms); default -40
+	// Quirks of real current-dialect deployments (PROTOCOL-FACTS), off by default:
+	// DuplexDone ends a spoken full-duplex reply with response.done, as the C++ backend does,
+	// instead of the PyTorch backend's extra kind:"listen".
+	DuplexDone bool
+	// DoubleClosed answers session.close with session.closed twice (the gateway and the worker
+	// both answer), as the legacy gateway always does.
+	DoubleClosed bool
+	// MillisecondTS writes server_send_ts as integer milliseconds (one mock) instead of float
+	// seconds.
+	MillisecondTS bool
+	// CloseBackendError answers the client's session.close with reason "backend_error", not the
+	// client's reason: the upstream worker's race in its own shutdown.
+	CloseBackendError bool
+
 	// Reply, when set, is the audio (24 kHz mono) the full-duplex parrot answers with instead
 	// of what it heard: a model that talks for as long as a test needs.
 	Reply []float32
@@ -131,6 +176,10 @@ func (o Options) withDefaults() Options {
 	defInt(&o.TokensPerAudioSecond, 25)
 	defInt(&o.OpenVoiceTTSRate, 24000)
 	defInt(&o.OpenVoiceInputRate, 16000)
+	def(&o.OpenVoiceInactivity, 60*time.Second)
+	if o.OpenVoiceSynthesisSpeed <= 0 {
+		o.OpenVoiceSynthesisSpeed = 4
+	}
 	switch {
 	case o.ForceListenCount == 0:
 		o.ForceListenCount = 3
@@ -406,6 +455,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Dialect == OpenVoice {
 		ss.model = q.Get("model")
 		rec.Model = ss.model
+		rec.Language = q.Get("language")
 	}
 	rec.Mode = ss.mode
 	s.mu.Lock()

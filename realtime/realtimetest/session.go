@@ -120,6 +120,8 @@ func (s *session) loop() {
 			s.timeout()
 		case <-s.ttsC():
 			s.ovTick()
+		case <-s.idleC():
+			s.ovInactive()
 		case <-s.faultWake:
 			s.checkFaults()
 		case <-s.delayC():
@@ -135,6 +137,8 @@ func (s *session) handle(f inFrame) {
 	switch {
 	case s.ignoring:
 		return // a gateway that stopped answering: input is read (Received) but never answered
+	case s.state == stClosedOpen && s.isCloseRequest(f) && s.dialect == OpenVoice:
+		return // the real server has stopped reading
 	case s.state == stClosedOpen && !s.isCloseRequest(f):
 		s.afterClosed(f)
 		return
@@ -163,8 +167,17 @@ func (s *session) afterClosed(f inFrame) {
 	if !f.binary {
 		typ = peekType(f.data)
 	}
-	s.violate(fmt.Sprintf("%s %v after session.closed{reason:%s}: the client must close the session",
-		typ, f.at.Sub(s.closedAt).Round(time.Millisecond), s.closedReason))
+	msg := fmt.Sprintf("%s %v after session.closed{reason:%s}: the client must close the session",
+		typ, f.at.Sub(s.closedAt).Round(time.Millisecond), s.closedReason)
+	if s.dialect == OpenVoice {
+		// The real server has stopped reading: nothing answers, the input piles up unread.
+		if !s.ov.afterClosedSeen {
+			s.ov.afterClosedSeen = true
+			s.reject(msg + " (the real server no longer reads it)")
+		}
+		return
+	}
+	s.violate(msg)
 }
 
 // closedOpen records that session.closed went out and the socket stays open.
@@ -320,15 +333,14 @@ func (s *session) reject(msg string) {
 
 // violate handles a protocol violation the way real servers handle an invalid frame.
 func (s *session) violate(msg string) {
+	if s.dialect == OpenVoice {
+		s.ovFatal(msg)
+		return
+	}
 	s.releaseWorker()
 	s.reject(msg)
-	if s.dialect == OpenVoice {
-		s.sendJSON(map[string]any{"type": "error", "message": msg, "recoverable": false})
-		s.closeWith(websocket.ClosePolicyViolation, "protocol violation")
-	} else {
-		s.sendClosed("backend_error", msg)
-		s.closeWith(websocket.CloseNormalClosure, "")
-	}
+	s.sendClosed("backend_error", msg)
+	s.closeWith(websocket.CloseNormalClosure, "")
 	s.end("rejected: " + msg)
 }
 
@@ -362,7 +374,14 @@ func (s *session) sendRaw(typ string, data []byte, binary bool) bool {
 	return s.c.send(outFrame{op: op, typ: typ, data: data})
 }
 
-func serverTS() float64 { return float64(time.Now().UnixMicro()) / 1e6 }
+// serverTS is server_send_ts: float seconds, or (Options.MillisecondTS, one mock) integer
+// milliseconds.
+func (s *session) serverTS() any {
+	if s.srv.opts.MillisecondTS {
+		return time.Now().UnixMilli()
+	}
+	return float64(time.Now().UnixMicro()) / 1e6
+}
 
 func (s *session) refuse(f *Fault) {
 	code := f.Code
@@ -371,7 +390,7 @@ func (s *session) refuse(f *Fault) {
 	}
 	msg := fmt.Sprintf("%s: refused by simulator fault", code)
 	if s.dialect == OpenVoice {
-		s.sendJSON(map[string]any{"type": "error", "message": msg, "recoverable": false})
+		s.sendJSON(map[string]any{"type": "error", "code": code, "message": msg, "recoverable": false})
 	} else {
 		s.sendJSON(map[string]any{"type": "error", "error": map[string]any{"code": code, "message": msg, "type": "server_error"}})
 	}
@@ -613,6 +632,8 @@ func (s *session) fire(f *Fault) {
 		s.sendRaw(s.oversizeType(), oversizeFrame(s.dialect, f.Size), false)
 	case FaultBadDelta:
 		s.sendBadDelta()
+	case FaultError:
+		s.serverError(cmp.Or(f.Code, "inference_failed"))
 	case FaultClose:
 		reason := cmp.Or(f.Reason, "backend_error")
 		legacyFull := s.dialect == Legacy && reason == "context_full"
@@ -631,6 +652,24 @@ func (s *session) fire(f *Fault) {
 			s.closeWith(websocket.CloseNormalClosure, reason)
 		}
 		s.end("fault: close")
+	}
+}
+
+// serverError is an error event in the middle of a session: the legacy gateway's
+// inference_failed (one failed step), after which the session goes on; OpenVoice's recoverable
+// error; or the current gateway's session_failed, after which it gives the session up (close
+// 1011).
+func (s *session) serverError(code string) {
+	msg := fmt.Sprintf("%s: injected by simulator fault", code)
+	if s.dialect == OpenVoice {
+		s.ovSendError(code, msg, true)
+		return
+	}
+	s.sendJSON(map[string]any{"type": "error", "error": map[string]any{"code": code, "message": msg, "type": "server_error"}})
+	if code == "session_failed" {
+		s.releaseWorker()
+		s.closeWith(websocket.CloseInternalServerErr, "session failed")
+		s.end("fault: error")
 	}
 }
 
@@ -675,7 +714,7 @@ func (s *session) sendBadDelta() {
 	case Current:
 		s.sendJSON(map[string]any{"type": "response.output.delta", "kind": "audio", "session_id": s.sid,
 			"response_id": fmt.Sprintf("%s_resp_%d", s.sid, s.respN), "audio": garbage,
-			"metrics": s.metrics(0), "server_send_ts": serverTS()})
+			"metrics": s.metrics(0), "server_send_ts": s.serverTS()})
 	case Legacy:
 		s.sendJSON(map[string]any{"type": "response.output_audio.delta", "text": "", "audio": garbage,
 			"end_of_turn": false, "kv_cache_length": s.kvLen()})
