@@ -52,7 +52,7 @@ const (
 	StateSpeaking     State = "speaking"     // session live, reply audio is being played
 	StateReconnecting State = "reconnecting" // waiting before the next attempt
 	StateStopped      State = "stopped"      // Run has returned
-	StateError        State = "error"        // a configuration problem; a person must act
+	StateError        State = "error"        // a configuration problem; tried again slowly (next_attempt)
 )
 
 // Status is a snapshot of the agent, as published on every state change and by `ctl status`.
@@ -70,10 +70,13 @@ type Status struct {
 	QueueWaitS    float64 `json:"queue_wait_s,omitempty"`
 	KVCacheLength int     `json:"kv_cache_length"`
 
-	Reconnects  int       `json:"reconnects"`
-	Rollovers   int       `json:"rollovers"`
-	NextAttempt time.Time `json:"next_attempt,omitzero"`
-	LastError   string    `json:"last_error,omitempty"`
+	// Reconnects counts attempts to get a session back (not the first of a start, not
+	// rollovers); SessionsLost counts sessions that ended without being asked to.
+	Reconnects   int       `json:"reconnects"`
+	Rollovers    int       `json:"rollovers"`
+	SessionsLost int       `json:"sessions_lost"`
+	NextAttempt  time.Time `json:"next_attempt,omitzero"`
+	LastError    string    `json:"last_error,omitempty"`
 
 	Muted    bool `json:"mic_muted"`
 	CameraOn bool `json:"camera_on"`

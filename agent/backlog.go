@@ -13,11 +13,19 @@ type chunk struct {
 	frames      [][]byte
 	forceListen bool
 	captured    time.Time // when its last sample was captured
+	// epoch is the supervisor's stop epoch when its first sample was captured: a chunk from
+	// before a stop is never sent.
+	epoch uint64
+	// muteEpoch is the mute epoch when its first sample was captured: if the microphone has been
+	// muted since, the chunk goes out as silence.
+	muteEpoch uint64
 }
 
-// backlog is the bounded queue between capture and the sender. When it holds more audio than its
-// limit, the oldest chunks are dropped and counted: memory stays bounded and the conversation
-// stays live when the link falls behind or is down.
+func (c chunk) duration() time.Duration { return samplesToDuration(len(c.audio)) }
+
+// backlog is the bounded queue between capture and the sender, ordered by sequence number. When
+// it holds more audio than its limit, the oldest chunks are dropped and counted: memory stays
+// bounded, and the conversation stays live when the link falls behind or is down.
 type backlog struct {
 	mu      sync.Mutex
 	q       []chunk
@@ -54,17 +62,31 @@ func (b *backlog) push(c chunk) int {
 	return dropped
 }
 
-// pushFront puts back a chunk that could not be sent, so it goes first next time.
-func (b *backlog) pushFront(c chunk) {
+// requeue puts back chunks that did not reach the server (one the sender could not hand over,
+// or those a lost session never acknowledged) in sequence order, each at most once, and returns
+// how many had to be dropped to respect the limit (the oldest go first).
+func (b *backlog) requeue(cs ...chunk) int {
 	b.mu.Lock()
-	b.q = append([]chunk{c}, b.q...)
-	b.samples += len(c.audio)
-	b.trimLocked()
+	for _, c := range cs {
+		i := len(b.q)
+		for i > 0 && b.q[i-1].seq > c.seq {
+			i--
+		}
+		if i > 0 && b.q[i-1].seq == c.seq {
+			continue // already queued
+		}
+		b.q = append(b.q, chunk{})
+		copy(b.q[i+1:], b.q[i:])
+		b.q[i] = c
+		b.samples += len(c.audio)
+	}
+	dropped := b.trimLocked()
 	b.mu.Unlock()
 	b.signal()
+	return dropped
 }
 
-// setLimit changes the bound (e.g. larger while reconnecting) and applies it at once.
+// setLimit changes the bound and applies it at once.
 func (b *backlog) setLimit(samples int) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -85,7 +107,26 @@ func (b *backlog) trimLocked() int {
 			n++
 		}
 	}
+	if len(b.q) == 0 {
+		b.q = nil // let a long queue's array go
+	}
 	return n
+}
+
+// drop counts a chunk the sender discarded as too old to be worth sending.
+func (b *backlog) drop(c chunk) {
+	b.mu.Lock()
+	b.droppedChunks++
+	b.droppedSamples += uint64(len(c.audio))
+	b.mu.Unlock()
+}
+
+// clear discards everything queued on purpose (not counted).
+func (b *backlog) clear() {
+	b.mu.Lock()
+	clear(b.q)
+	b.q, b.samples = nil, 0
+	b.mu.Unlock()
 }
 
 func (b *backlog) counting(on bool) {
@@ -117,6 +158,16 @@ func (b *backlog) pop(ctx context.Context) (chunk, bool) {
 			return chunk{}, false
 		}
 	}
+}
+
+// oldest is when the oldest queued chunk was captured (zero when empty).
+func (b *backlog) oldest() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.q) == 0 {
+		return time.Time{}
+	}
+	return b.q[0].captured
 }
 
 func (b *backlog) stats() (queued time.Duration, droppedChunks, droppedSamples uint64) {

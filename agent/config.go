@@ -36,8 +36,18 @@ type Config struct {
 	// IdleTimeout ends an on_demand or voice session after this long with no speech either way.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 
+	// BackoffMin and BackoffMax bound the wait before a new session after a failure (a refused or
+	// failed connect, or a session that ended before it was useful): the n-th wait in a row is
+	// drawn from [min·2ⁿ⁻¹, min·2ⁿ], at most [max/2, max].
 	BackoffMin time.Duration `yaml:"backoff_min"`
 	BackoffMax time.Duration `yaml:"backoff_max"`
+	// ConfigErrorRetry is how long the agent waits before trying again after an error that
+	// retrying should not fix (authentication, wrong dialect, unknown model): slowly, so that a
+	// device heals by itself once the server or its settings are fixed.
+	ConfigErrorRetry time.Duration `yaml:"config_error_retry"`
+	// CatchUpRate bounds how much faster than real time queued audio (captured during a gap)
+	// is sent: a multiple of real time.
+	CatchUpRate float64 `yaml:"catch_up_rate"`
 
 	// ContextLimit is the server's kv cache size; the agent rolls over ContextMargin tokens before.
 	ContextLimit  int `yaml:"context_limit"`
@@ -99,6 +109,10 @@ func (c Config) WithDefaults() Config {
 	def(&c.IdleTimeout, 30*time.Second)
 	def(&c.BackoffMin, time.Second)
 	def(&c.BackoffMax, 30*time.Second)
+	def(&c.ConfigErrorRetry, 5*time.Minute)
+	if c.CatchUpRate == 0 {
+		c.CatchUpRate = 1.1
+	}
 	if c.ContextLimit == 0 {
 		c.ContextLimit = 8192
 	}
@@ -162,6 +176,14 @@ func (c Config) Validate() error {
 	outside("time_margin", c.TimeMargin, time.Second, 2*time.Minute, "1s..2m")
 	outside("switch_wait", c.SwitchWait, time.Second, 2*time.Minute, "1s..2m")
 	outside("listen_grace", c.ListenGrace, 0, 2*time.Second, "0..2s")
+	// Retrying a configuration error more often than every 10 s only hammers a server that
+	// refused; after a day a device is as good as off.
+	outside("config_error_retry", c.ConfigErrorRetry, 10*time.Second, 24*time.Hour, "10s..24h")
+	// Macaw OpenVoice answers more than 1.2× real time with session.rate_limit; twice real time
+	// catches a 3 s gap up in 3 s where a server without a limit is trusted.
+	if c.CatchUpRate > 0 && !(c.CatchUpRate >= 1.05 && c.CatchUpRate <= 2) {
+		errs = append(errs, fmt.Errorf("session.catch_up_rate: %v is outside 1.05..2 (times real time)", c.CatchUpRate))
+	}
 	// The model's context in tokens: MiniCPM-o's is 8192; no model has more than 2^20.
 	if c.ContextLimit < 512 || c.ContextLimit > 1<<20 {
 		errs = append(errs, fmt.Errorf("session.context_limit: %d is outside 512..1048576", c.ContextLimit))
@@ -220,5 +242,45 @@ func (c Config) check() error {
 	if c.BargeIn.MinSpeech < 20*time.Millisecond || c.BargeIn.MinSpeech > 5*time.Second {
 		bad("session.barge_in.min_speech: %v is outside 20ms..5s", c.BargeIn.MinSpeech)
 	}
+	if c.ConfigErrorRetry <= 0 {
+		bad("session.config_error_retry: %v is not positive", c.ConfigErrorRetry)
+	}
+	// At 1 or below a backlog would never be caught up; NaN compares false.
+	if !(c.CatchUpRate > 1 && c.CatchUpRate <= 10) {
+		bad("session.catch_up_rate: %v is outside 1..10 (times real time)", c.CatchUpRate)
+	}
 	return errors.Join(errs...)
+}
+
+// minUsableContext is the least room, in tokens, a session must leave for the conversation
+// itself once its instructions are in: about ten seconds of audio. With less, every session
+// would need its rollover as soon as it starts.
+const minUsableContext = 256
+
+// estimateTokens is a rough token count of a prompt (about four characters a token in English;
+// fewer characters a token in other scripts, so this errs on the side of accepting).
+func estimateTokens(text string) int { return (len(text) + 3) / 4 }
+
+// CheckContext reports whether sessions started with these instructions (plus, with carry-over,
+// the conversation summary) can ever be useful before their rollover at context_limit −
+// context_margin. A combination that cannot is a configuration error: it would roll over again
+// and again.
+func (c Config) CheckContext(instructions string) error {
+	c = c.WithDefaults()
+	if c.ContextMargin >= c.ContextLimit {
+		return nil // Validate reports it
+	}
+	prompt := estimateTokens(instructions)
+	carry := 0
+	if *c.CarryOver {
+		carry = (c.CarryOverChars + 3) / 4
+	}
+	room := c.ContextLimit - c.ContextMargin - prompt - carry
+	if room >= minUsableContext {
+		return nil
+	}
+	return fmt.Errorf("session.context_margin: context_limit %d − context_margin %d leaves %d tokens, of which the instructions take ~%d "+
+		"and the carry-over up to ~%d (session.carry_over_chars): less than the %d a session needs to be useful before its rollover; "+
+		"raise context_limit, lower context_margin or carry_over_chars, or shorten server.instructions",
+		c.ContextLimit, c.ContextMargin, c.ContextLimit-c.ContextMargin, prompt, carry, minUsableContext)
 }

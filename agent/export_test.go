@@ -4,3 +4,10 @@ import "time"
 
 // BackoffForTest exposes the backoff draw to the external tests.
 func BackoffForTest(s *Supervisor, attempt int) time.Duration { return s.backoff(attempt) }
+
+// NewUnchecked builds a supervisor without the range checks of Config.Validate, so that tests
+// can compress minutes into milliseconds.
+func NewUnchecked(o Options) (*Supervisor, error) { return newSupervisor(o) }
+
+// TimerWakesForTest is how often the state loop's timer has fired.
+func TimerWakesForTest(s *Supervisor) uint64 { return s.timerWakes.Load() }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,8 +15,13 @@ import (
 	"github.com/omnisat/omnisat/realtime"
 )
 
-// historyLen bounds the utterances kept for carry-over.
-const historyLen = 64
+const (
+	// historyLen bounds the utterances kept for carry-over.
+	historyLen = 64
+	// playbackRecheck is the least wait before looking at playback again when queued audio
+	// should have ended but has not quite (a device a little behind its clock).
+	playbackRecheck = 20 * time.Millisecond
+)
 
 // live is one open session.
 type live struct {
@@ -23,8 +29,20 @@ type live struct {
 	id      string
 	started time.Time
 	kv      int
+	kvShown int  // kv as last published in the status
 	planned bool // we are closing it on purpose: its end is not a loss
 	retired bool // its traffic has been added to the totals
+	judged  bool // counted for backoff (healthy or not)
+	healthy bool // lived long enough and took audio: what follows it need not wait
+
+	// sent is what Send accepted, for a resend after an unplanned end: the newest chunks, at
+	// most reconnect_buffer of audio (older ones would not be sent again anyway).
+	sentMu     sync.Mutex
+	sent       []chunk
+	sentAudio  int    // samples in sent
+	sentN      uint64 // chunks Send accepted
+	counted    uint64 // delivered chunks already added to the totals
+	eventsDone bool   // its Events channel is closed
 
 	replyOpen  bool
 	replyText  strings.Builder
@@ -44,14 +62,83 @@ type pendingSay struct {
 	deadline *time.Timer
 }
 
-type sessEvent struct {
-	l  *live
-	ev realtime.Event
+// sentChunk records a chunk Send accepted (called by the sender under sendMu); keep bounds the
+// audio remembered for a resend.
+func (lv *live) sentChunk(c chunk, keep int) {
+	lv.sentMu.Lock()
+	defer lv.sentMu.Unlock()
+	lv.sentN++
+	lv.sent = append(lv.sent, c)
+	lv.sentAudio += len(c.audio)
+	for len(lv.sent) > 1 && lv.sentAudio-len(lv.sent[0].audio) >= keep {
+		lv.sentAudio -= len(lv.sent[0].audio)
+		lv.sent[0] = chunk{}
+		lv.sent = lv.sent[1:]
+	}
+}
+
+func (lv *live) accepted() uint64 {
+	lv.sentMu.Lock()
+	defer lv.sentMu.Unlock()
+	return lv.sentN
+}
+
+// delivered is how many of its chunks reached the server: every byte acknowledged by its TCP
+// stack.
+func (lv *live) delivered() uint64 { return lv.sess.Stats().ChunksDelivered }
+
+// undelivered returns the remembered chunks whose ids the session reported as never delivered,
+// oldest first.
+func (lv *live) undelivered(ids []uint64) []chunk {
+	lv.sentMu.Lock()
+	defer lv.sentMu.Unlock()
+	var out []chunk
+	for _, c := range lv.sent {
+		if slices.Contains(ids, c.seq) {
+			out = append(out, c)
+		}
+	}
+	lv.sent, lv.sentAudio = nil, 0
+	return out
 }
 
 type attempt struct {
 	cancel   context.CancelFunc
 	rollover atomic.Bool // opening the next session ahead of a planned rollover
+	// done is closed when the dial has returned and whatever it opened after being abandoned
+	// has been closed: its socket is finished.
+	done chan struct{}
+	// The server's queue reports, while it waits there (unix nanoseconds): when it last
+	// reported, and the longest gap between two reports.
+	queuedAt, queueGap atomic.Int64
+	assigned           atomic.Bool // the queue is behind it
+}
+
+// queueNotice is the least wait, in the server's queue reports, before a worker may free up
+// after a queued client has left.
+const queueNotice = 3 * time.Second
+
+// noticedBy is when a gateway has surely noticed that this attempt left its queue. A real
+// one-worker gateway does not read from waiting clients: it notices a client that left only
+// when it next writes to it (a queue update, about every 3 s), and a worker that frees before
+// then goes to the client that left and is lost for good. So the session ahead of a queued
+// dial that was abandoned must keep its worker until then. Zero when it was not waiting.
+func (a *attempt) noticedBy(now time.Time) time.Time {
+	if a.queuedAt.Load() == 0 || a.assigned.Load() {
+		return time.Time{}
+	}
+	return now.Add(max(time.Duration(a.queueGap.Load()), queueNotice) + time.Second)
+}
+
+func (a *attempt) queueReport(q realtime.QueueStatus, now time.Time) {
+	if q.Done {
+		a.assigned.Store(true)
+		return
+	}
+	t := now.UnixNano()
+	if last := a.queuedAt.Swap(t); last != 0 && t-last > a.queueGap.Load() {
+		a.queueGap.Store(t - last)
+	}
 }
 
 type dialResult struct {
@@ -60,32 +147,58 @@ type dialResult struct {
 	err  error
 }
 
-// loop is the supervisor's state machine. Only its goroutine touches these fields.
+// loop is the supervisor's state machine. Only its goroutine touches these fields. It sleeps
+// until something happens — a command, a server event, a dial's end, speech — or until the
+// earliest deadline it keeps (a retry, the end of queued playback, a rollover, a switch, the
+// idle timeout); with none, no timer runs.
 type loop struct {
-	s          *Supervisor
-	ctx        context.Context
-	sessEvents chan sessEvent
-	dialDone   chan dialResult
-	wg         sync.WaitGroup
+	s           *Supervisor
+	ctx         context.Context
+	dialDone    chan dialResult
+	queuedAhead chan *attempt // a rollover's pre-opened session was put in the server's queue
+	wg          sync.WaitGroup
+	wake        *time.Timer
+	wakeAt      time.Time
 
 	want        bool  // a session is wanted (policy, commands)
+	stopped     bool  // stopped by command: nothing is kept, speech does not start a session
+	ended       bool  // a wanted period has ended (stop, idle) since Run began
 	cur         *live // the session in use
 	next        *live // a ready session waiting for the moment to switch to (rollover)
 	nextReadyAt time.Time
 	dialing     *attempt
-	failures    int // consecutive failed attempts, for backoff
-	retry       *time.Timer
-	rolloverAt  time.Time // do not try another rollover dial before this
-	failed      bool      // configuration error: no retries until start/restart
-	lagPending  bool      // switch the backlog bound to max_lag once the replay has drained
-	lastActive  time.Time // last speech either way (idle timeout)
-	history     []Utterance
-	reconnects  int
-	rollovers   int
+	inflight    map[*attempt]struct{} // dials that have not returned (dialing and abandoned)
+	attempted   bool                  // a session was dialled since start: later dials are reconnects
+	failures    int                   // consecutive failures (dials, sessions that ended before they were useful)
+	retryAt     time.Time             // the next attempt after a failure
+	lastReason  string                // the failure last announced: say it once, then count
+	// rolloverNotBefore holds the next rollover back after one that came too soon (backoff).
+	rolloverNotBefore time.Time
+	// rolloverSince is when a sequential rollover became due (it waits for a listening moment).
+	rolloverSince time.Time
+	// sequential: the server queued a pre-opened session behind ours (one worker), so rollovers
+	// close the old session first.
+	sequential bool
+	// queueLeft is when the server's queue will have noticed the last queued dial we abandoned:
+	// no session of ours closes before (see attempt.noticedBy).
+	queueLeft  time.Time
+	lastActive time.Time // last speech either way (idle timeout)
+	history    []Utterance
+	reconnects int // attempts after the first since start
+	rollovers  int
+	lost       int // sessions that ended without being asked to
+}
+
+func newLoop(s *Supervisor, ctx context.Context) *loop {
+	l := &loop{s: s, ctx: ctx, dialDone: make(chan dialResult, 2),
+		queuedAhead: make(chan *attempt, 1), inflight: map[*attempt]struct{}{}, wake: time.NewTimer(time.Hour)}
+	l.wake.Stop()
+	return l
 }
 
 func (l *loop) run(captureErr <-chan error) error {
 	s := l.s
+	defer l.wake.Stop()
 	l.lastActive = s.now()
 	if s.cfg.Policy == PolicyAlways && !s.held.Load() {
 		l.start("policy always")
@@ -95,12 +208,16 @@ func (l *loop) run(captureErr <-chan error) error {
 		}
 		l.publish()
 	}
-	ticker := time.NewTicker(stateTick)
-	defer ticker.Stop()
 	for {
-		var retryC <-chan time.Time
-		if l.retry != nil {
-			retryC = l.retry.C
+		l.reconcile()
+		// The sessions' events are read here, with no goroutine in between.
+		cur, next := l.cur, l.next
+		var curEvents, nextEvents <-chan realtime.Event
+		if cur != nil && !cur.eventsDone {
+			curEvents = cur.sess.Events()
+		}
+		if next != nil && !next.eventsDone {
+			nextEvents = next.sess.Events()
 		}
 		select {
 		case <-l.ctx.Done():
@@ -121,44 +238,145 @@ func (l *loop) run(captureErr <-chan error) error {
 			}
 		case f := <-s.cmds:
 			f(l)
-		case se := <-l.sessEvents:
-			l.handleSession(se)
+		case ev, ok := <-curEvents:
+			l.handleSession(cur, ev, ok)
+		case ev, ok := <-nextEvents:
+			l.handleSession(next, ev, ok)
 		case dr := <-l.dialDone:
 			l.handleDial(dr)
+		case a := <-l.queuedAhead:
+			l.handleQueuedAhead(a)
 		case speaking := <-s.speechCh:
 			l.handleSpeech(speaking)
-		case <-retryC:
-			l.retry = nil
-			l.connect()
-		case <-ticker.C:
-			l.tick()
+		case <-s.playCh:
+		case <-l.wake.C:
+			l.wakeAt = time.Time{}
+			s.timerWakes.Add(1)
 		}
 	}
+}
+
+// reconcile acts on every condition and deadline that has come, then sets the wake-up for the
+// earliest one still ahead.
+func (l *loop) reconcile() {
+	s := l.s
+	now := s.now()
+	if !l.retryAt.IsZero() && !now.Before(l.retryAt) {
+		l.retryAt = time.Time{}
+		l.connect(false)
+	}
+	if l.cur != nil {
+		l.updatePlayback()
+		if l.needRollover(l.cur, now) {
+			l.rollover(now)
+		}
+		l.maybeSwitch(now)
+	}
+	if l.cur != nil && s.cfg.Policy != PolicyAlways && now.Sub(l.lastActive) >= s.cfg.IdleTimeout && s.speaker.Pending() == 0 {
+		s.log.Info("agent: idle; ending the session", "idle_timeout", s.cfg.IdleTimeout)
+		l.idle("idle")
+	}
+	at := l.nextDeadline(now)
+	if at.Equal(l.wakeAt) {
+		return
+	}
+	l.wake.Stop()
+	l.wakeAt = at
+	if !at.IsZero() {
+		l.wake.Reset(max(at.Sub(now), time.Millisecond))
+	}
+}
+
+// nextDeadline is the earliest moment something is due that no event will announce. Every
+// deadline reconcile has just acted on is gone or moved ahead, so this is never in the past.
+func (l *loop) nextDeadline(now time.Time) time.Time {
+	s := l.s
+	var at time.Time
+	consider := func(t time.Time) {
+		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	consider(l.retryAt)
+	cur := l.cur
+	if cur == nil {
+		return at
+	}
+	pending := s.speaker.Pending()
+	if pending > 0 {
+		consider(now.Add(max(pending, playbackRecheck))) // speaking → listening
+	}
+	switch {
+	case l.next != nil:
+		consider(l.nextReadyAt.Add(s.cfg.SwitchWait))
+	case l.dialing == nil:
+		if due := l.rolloverDue(cur, now); !due.IsZero() {
+			due = later(due, l.rolloverNotBefore)
+			if !l.rolloverSince.IsZero() {
+				due = later(due, l.rolloverSince.Add(s.cfg.SwitchWait))
+			}
+			consider(due)
+		}
+	}
+	if s.cfg.Policy != PolicyAlways && pending == 0 {
+		consider(l.lastActive.Add(s.cfg.IdleTimeout))
+	}
+	if !at.IsZero() && !at.After(now) {
+		// A deadline that reconcile did not act on would wake the loop at once, again and
+		// again: never spin, whatever the bug.
+		s.log.Error("agent: a deadline is in the past; checking again in a second", "at", at)
+		at = now.Add(time.Second)
+	}
+	return at
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // publish sends the current status without changing the state.
 func (l *loop) publish() { l.s.updateStatus(func(*Status) {}) }
 
-func (l *loop) start(reason string) {
-	if l.want && !l.failed {
+// start wants a session from now on. Audio captured before (while stopped or idle) is not
+// sent, except policy voice's pre-roll when speech is what starts it.
+func (l *loop) start(reason string) { l.begin(reason, false) }
+
+func (l *loop) begin(reason string, keepPreRoll bool) {
+	if l.want {
 		return
 	}
-	l.want, l.failed = true, false
-	l.failures = 0
-	l.s.backlog.counting(true)
-	l.s.backlog.setLimit(durationToSamples(l.s.cfg.ReconnectBuffer))
-	l.s.log.Info("agent: session wanted", "reason", reason)
-	l.connect()
+	s := l.s
+	if l.ended && !keepPreRoll {
+		s.epoch.Add(1)
+	}
+	l.want, l.stopped, l.attempted = true, false, false
+	l.failures, l.lastReason = 0, ""
+	s.backlog.counting(true)
+	s.backlog.setLimit(durationToSamples(s.gapBuffer()))
+	s.log.Info("agent: session wanted", "reason", reason)
+	l.connect(false)
 }
 
-func (l *loop) stop(reason string) {
-	l.want = false
-	l.failed = false
-	l.stopRetry()
+// stop ends the session on command and holds none until start: nothing heard meanwhile is kept.
+func (l *loop) stop(reason string) { l.end(reason, true) }
+
+// idle ends the session because nobody talks (on_demand, voice): policy voice keeps listening
+// locally for speech, with its pre-roll.
+func (l *loop) idle(reason string) { l.end(reason, false) }
+
+func (l *loop) end(reason string, stopped bool) {
+	s := l.s
+	l.want, l.stopped, l.ended = false, stopped, true
+	s.epoch.Add(1) // what was captured until now is never sent
+	l.retryAt, l.rolloverSince, l.rolloverNotBefore = time.Time{}, time.Time{}, time.Time{}
 	l.closeAll(reason)
-	l.s.backlog.counting(false)
-	l.s.backlog.setLimit(durationToSamples(l.s.idleBuffer()))
-	l.s.setState(StateIdle, reason, func(st *Status) { l.clearSession(st) })
+	s.backlog.counting(false)
+	s.backlog.clear()
+	s.backlog.setLimit(durationToSamples(s.idleBuffer(stopped)))
+	s.setState(StateIdle, reason, func(st *Status) { l.clearSession(st) })
 }
 
 func (l *loop) restart(reason string) {
@@ -166,24 +384,48 @@ func (l *loop) restart(reason string) {
 	l.start(reason)
 }
 
-func (l *loop) stopRetry() {
-	if l.retry != nil {
-		l.retry.Stop()
-		l.retry = nil
-	}
+// abandonDials gives up the dial under way and returns what to wait for before closing a
+// session: every dial not yet returned. A one-worker gateway that sees a queued client vanish
+// while the session ahead of it closes can hand its worker to the dead ticket; a queued dial is
+// therefore left completely first.
+func (l *loop) abandonDials() closeAfter {
 	if l.dialing != nil {
-		l.dialing.cancel()
+		l.abandon(l.dialing)
 		l.dialing = nil
 	}
+	w := closeAfter{notBefore: l.queueLeft}
+	for a := range l.inflight {
+		w.dials = append(w.dials, a.done)
+	}
+	return w
+}
+
+// abandon gives a dial up; if it waited in the server's queue, sessions ahead of it keep their
+// worker until the server has noticed (see attempt.noticedBy).
+func (l *loop) abandon(a *attempt) {
+	a.cancel()
+	if t := a.noticedBy(l.s.now()); t.After(l.queueLeft) {
+		l.queueLeft = t
+	}
+}
+
+// closeAfter is what a session's close waits for: the dials abandoned before it have finished,
+// and the server's queue has noticed that they left.
+type closeAfter struct {
+	dials     []<-chan struct{}
+	notBefore time.Time
 }
 
 // closeAll ends the current and the next session (not waiting).
 func (l *loop) closeAll(reason string) {
+	waits := l.abandonDials()
+	l.s.sendMu.Lock()
 	l.s.active.Store(nil)
+	l.s.sendMu.Unlock()
 	for _, lv := range []*live{l.cur, l.next} {
 		if lv != nil {
 			l.finishReply(lv)
-			l.closeAsync(lv, "user_stop")
+			l.closeAsync(lv, "user_stop", waits, false)
 		}
 	}
 	if l.cur != nil {
@@ -193,8 +435,8 @@ func (l *loop) closeAll(reason string) {
 	l.cur, l.next = nil, nil
 }
 
-// retire counts a session's traffic into the totals when it stops being the active one (it
-// may still exchange the goodbye; that little is not counted).
+// retire counts a session's traffic and deliveries into the totals when it stops being the
+// active one (it may still exchange the goodbye; that little is not counted).
 func (l *loop) retire(lv *live) {
 	if lv == nil || lv.retired {
 		return
@@ -203,30 +445,99 @@ func (l *loop) retire(lv *live) {
 	t := lv.sess.Stats()
 	l.s.bytesUp.Add(t.BytesSent)
 	l.s.bytesDown.Add(t.BytesReceived)
+	l.count(lv, t.ChunksDelivered)
 }
 
-func (l *loop) closeAsync(lv *live, reason string) {
+// count adds a session's newly delivered chunks to the total (chunks_sent), so that it only
+// grows: when it stops being the active one, and again once its goodbye is done.
+func (l *loop) count(lv *live, delivered uint64) {
+	lv.sentMu.Lock()
+	n := delivered - min(lv.counted, delivered)
+	lv.counted = max(lv.counted, delivered)
+	lv.sentMu.Unlock()
+	l.s.delivered.Add(n)
+}
+
+// closeAsync says goodbye to a session in the background, after what it must wait for.
+func (l *loop) closeAsync(lv *live, reason string, after closeAfter, flush bool) {
 	l.failSays(lv, "the session ended before the speech was finished")
 	l.retire(lv)
 	lv.planned = true
+	drain := !lv.eventsDone
+	budget := l.s.closeBudget()
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		if drain {
+			// Nobody reads its events any more: drain them, so its reader never waits on us.
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				for range lv.sess.Events() {
+				}
+			}()
+		}
+		if len(after.dials) > 0 {
+			limit := time.NewTimer(budget)
+			for _, w := range after.dials {
+				select {
+				case <-w:
+				case <-limit.C:
+				}
+			}
+			limit.Stop()
+		}
+		if wait := time.Until(after.notBefore); wait > 0 {
+			l.s.log.Info("agent: keeping the session until the server's queue has seen our dial leave", "wait", wait.Round(time.Millisecond))
+			time.Sleep(wait)
+		}
+		began := time.Now()
+		if flush {
+			l.flush(lv, budget)
+		}
+		flushed := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
 		lv.sess.Close(ctx, reason)
+		l.count(lv, lv.sess.Stats().ChunksDelivered)
+		l.s.log.Debug("agent: session closed", "session", lv.id, "flush", flushed.Sub(began).Round(time.Millisecond),
+			"close", time.Since(flushed).Round(time.Millisecond))
 	}()
+}
+
+// flush waits (bounded) until the server has every chunk the session accepted: a session's
+// Close drops what it has not written yet, and a rolled-over session's audio must all arrive.
+// It checks every 10 ms, for the moment of a switch only.
+func (l *loop) flush(lv *live, budget time.Duration) {
+	deadline := time.Now().Add(budget)
+	for lv.delivered() < lv.accepted() {
+		if time.Now().After(deadline) {
+			l.s.log.Warn("agent: the old session did not take all its audio in time; closing it anyway",
+				"session", lv.id, "accepted", lv.accepted(), "delivered", lv.delivered())
+			return
+		}
+		select {
+		case <-lv.sess.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func (l *loop) clearSession(st *Status) {
 	st.SessionID, st.KVCacheLength, st.QueuePosition, st.QueueWaitS = "", 0, 0, 0
 	st.NextAttempt = time.Time{}
-	st.Reconnects, st.Rollovers = l.reconnects, l.rollovers
+	l.counters(st)
 }
 
-// connect starts a dial for the session in use, unless one is under way or none is wanted.
-func (l *loop) connect() {
-	if !l.want || l.failed || l.dialing != nil || l.cur != nil || l.ctx.Err() != nil {
+func (l *loop) counters(st *Status) {
+	st.Reconnects, st.Rollovers, st.SessionsLost = l.reconnects, l.rollovers, l.lost
+}
+
+// connect starts a dial for the session in use, unless one is under way, one is scheduled, or
+// none is wanted. A sequential rollover's dial is not a reconnect.
+func (l *loop) connect(rollover bool) {
+	if !l.want || l.dialing != nil || l.cur != nil || !l.retryAt.IsZero() || l.ctx.Err() != nil {
 		return
 	}
 	if l.next != nil { // a ready rollover session takes over at once
@@ -234,24 +545,39 @@ func (l *loop) connect() {
 		l.next = nil
 		return
 	}
-	l.s.setState(StateConnecting, "", func(st *Status) { st.NextAttempt = time.Time{} })
+	if l.attempted && !rollover {
+		l.reconnects++
+	}
+	l.attempted = true
+	l.s.setState(StateConnecting, "", func(st *Status) { st.NextAttempt = time.Time{}; l.counters(st) })
 	l.startDial(false)
 }
 
 func (l *loop) startDial(rollover bool) {
 	s := l.s
 	ctx, cancel := context.WithCancel(l.ctx)
-	a := &attempt{cancel: cancel}
+	a := &attempt{cancel: cancel, done: make(chan struct{})}
 	a.rollover.Store(rollover)
 	l.dialing = a
+	l.inflight[a] = struct{}{}
 	cfg := s.server
 	cfg.Init.Instructions = s.currentInstructions()
 	if *s.cfg.CarryOver {
 		cfg.Init.Instructions = carryOver(cfg.Init.Instructions, l.history, s.cfg.CarryOverChars)
 	}
 	cfg.OnQueue = func(q realtime.QueueStatus) {
+		a.queueReport(q, s.now())
+		if ctx.Err() != nil {
+			return // abandoned: nothing to say
+		}
 		if a.rollover.Load() {
 			s.log.Debug("agent: next session queued", "position", q.Position, "done", q.Done)
+			if !q.Done {
+				select {
+				case l.queuedAhead <- a:
+				default:
+				}
+			}
 			return
 		}
 		if q.Done {
@@ -266,11 +592,19 @@ func (l *loop) startDial(rollover bool) {
 	go func() {
 		defer l.wg.Done()
 		sess, err := s.dial(ctx, cfg)
+		if sess != nil && ctx.Err() != nil {
+			// Abandoned as it came up: leave before saying the dial is over.
+			cctx, cancel := context.WithTimeout(context.Background(), s.closeBudget())
+			sess.Close(cctx, "user_stop")
+			cancel()
+			sess, err = nil, ctx.Err()
+		}
+		close(a.done)
 		select {
 		case l.dialDone <- dialResult{a: a, sess: sess, err: err}:
 		case <-l.ctx.Done():
 			if sess != nil {
-				cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+				cctx, cancel := context.WithTimeout(context.Background(), s.closeBudget())
 				sess.Close(cctx, "user_stop")
 				cancel()
 			}
@@ -280,9 +614,10 @@ func (l *loop) startDial(rollover bool) {
 
 func (l *loop) handleDial(dr dialResult) {
 	s := l.s
-	if dr.a != l.dialing { // cancelled or superseded
+	delete(l.inflight, dr.a)
+	if dr.a != l.dialing { // abandoned or superseded
 		if dr.sess != nil {
-			l.closeAsync(&live{sess: dr.sess}, "user_stop")
+			l.closeAsync(&live{sess: dr.sess}, "user_stop", closeAfter{}, false)
 		}
 		return
 	}
@@ -292,105 +627,173 @@ func (l *loop) handleDial(dr dialResult) {
 		if l.ctx.Err() != nil {
 			return
 		}
+		rollover := dr.a.rollover.Load() && l.cur != nil
 		if realtime.ClassOf(dr.err) == realtime.ClassConfig {
-			l.fail(dr.err)
+			if rollover { // the old session still works: keep it, try again slowly
+				l.rolloverNotBefore = s.now().Add(l.configRetryWait())
+				l.announce(dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_at", l.rolloverNotBefore)
+				return
+			}
+			l.configError(dr.err)
 			return
 		}
 		l.failures++
-		if dr.a.rollover.Load() && l.cur != nil {
-			// The old session still works: try the rollover again later.
+		if rollover {
 			wait := s.backoff(l.failures)
-			l.rolloverAt = s.now().Add(wait)
-			s.log.Warn("agent: could not open the next session; old one continues", "err", dr.err, "retry_in", wait)
+			l.rolloverNotBefore = s.now().Add(wait)
+			l.announce(dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_in", wait)
 			return
 		}
 		l.scheduleRetry(dr.err.Error())
 		return
 	}
-	l.failures = 0
 	lv := l.adopt(dr.sess)
 	if !l.want {
-		l.closeAsync(lv, "user_stop")
+		l.closeAsync(lv, "user_stop", closeAfter{}, false)
 		return
 	}
 	if dr.a.rollover.Load() && l.cur != nil {
 		l.next, l.nextReadyAt = lv, s.now()
 		s.log.Info("agent: next session ready; switching when the model listens", "session", lv.id)
-		l.maybeSwitch()
 		return
 	}
 	l.activate(lv)
 }
 
-// adopt starts forwarding a new session's events to the loop.
-func (l *loop) adopt(sess realtime.Session) *live {
-	lv := &live{sess: sess, id: sess.Info().ID, started: l.s.now()}
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		for ev := range sess.Events() {
-			select {
-			case l.sessEvents <- sessEvent{lv, ev}:
-			case <-l.ctx.Done():
-				return
-			}
-		}
-	}()
-	return lv
+// handleQueuedAhead: the session opened ahead of a rollover waits in the server's queue — on a
+// one-worker server, behind our own session, until that one reaches the server's limit. Leave
+// the queue and roll over sequentially from now on.
+func (l *loop) handleQueuedAhead(a *attempt) {
+	if a != l.dialing || !a.rollover.Load() || l.cur == nil {
+		return
+	}
+	l.s.log.Info("agent: the next session was queued behind ours (a one-worker server?): leaving the queue; " +
+		"rollovers close the old session first from now on")
+	l.sequential = true
+	l.abandon(a)
+	l.dialing = nil // stays in inflight until its dial has returned
+	// The old session keeps its worker, and the audio, until the queue has seen us leave.
+	l.rolloverNotBefore = later(l.rolloverNotBefore, l.queueLeft)
 }
 
-// activate makes lv the session in use: the sender feeds it from now on.
+// adopt takes a new session in: the loop reads its events while it is current or next.
+func (l *loop) adopt(sess realtime.Session) *live {
+	return &live{sess: sess, id: sess.Info().ID, started: l.s.now()}
+}
+
+// activate makes lv the session in use: the sender feeds it from now on. After a gap, the audio
+// queued meanwhile is caught up.
 func (l *loop) activate(lv *live) {
 	s := l.s
-	l.s.sendMu.Lock()
+	now := s.now()
+	s.sendMu.Lock()
 	old := l.cur
 	l.cur = lv
 	s.active.Store(lv)
-	l.s.sendMu.Unlock()
+	s.sendMu.Unlock()
+	select {
+	case s.activeCh <- struct{}{}:
+	default:
+	}
 	if old != nil {
 		l.finishReply(old)
-		l.closeAsync(old, "user_stop")
+		l.closeAsync(old, "user_stop", closeAfter{notBefore: l.queueLeft}, true)
+	} else if oldest := s.backlog.oldest(); !oldest.IsZero() {
+		s.lag.catchUp(now, now.Sub(oldest))
 	}
-	l.lagPending = true
-	l.lastActive = s.now()
+	s.backlog.setLimit(durationToSamples(s.liveBuffer()))
+	s.dropping.Store(false)
+	l.rolloverSince = time.Time{}
+	l.lastActive = now
 	s.setState(StateListening, "", func(st *Status) {
 		st.SessionID, st.KVCacheLength, st.QueuePosition, st.QueueWaitS = lv.id, 0, 0, 0
 		st.NextAttempt, st.LastError = time.Time{}, ""
-		st.Reconnects, st.Rollovers = l.reconnects, l.rollovers
+		l.counters(st)
 	})
-	s.bus.publish(Lifecycle{Kind: "session_started", SessionID: lv.id, At: s.now()})
+	s.bus.publish(Lifecycle{Kind: "session_started", SessionID: lv.id, At: now})
 }
 
-func (l *loop) fail(err error) {
-	l.failed = true
-	l.s.log.Error("agent: configuration problem; not retrying", "err", err)
-	l.s.setState(StateError, err.Error(), func(st *Status) { l.clearSession(st); st.LastError = err.Error() })
-	l.s.bus.publish(Lifecycle{Kind: "error", Reason: err.Error(), At: l.s.now()})
+// announce logs a failure at warning level the first time it is seen in a row, then at debug
+// level: a device stuck for hours says what is wrong once, and counts.
+func (l *loop) announce(reason, msg string, args ...any) bool {
+	args = append(args, "reason", reason, "failures", l.failures)
+	if reason == l.lastReason {
+		l.s.log.Debug(msg, args...)
+		return false
+	}
+	l.lastReason = reason
+	l.s.log.Warn(msg, args...)
+	return true
+}
+
+func (l *loop) configRetryWait() time.Duration {
+	r := l.s.cfg.ConfigErrorRetry
+	return r*4/5 + time.Duration(l.s.rng.Float64()*float64(r/5))
+}
+
+// configError: retrying at once will not help (authentication, wrong dialect, unknown model).
+// Try again slowly, so that a fixed server or setting heals the device without a visit.
+func (l *loop) configError(err error) {
+	s := l.s
+	msg := err.Error()
+	at := s.now().Add(l.configRetryWait())
+	l.retryAt = at
+	if msg != l.lastReason {
+		l.lastReason = msg
+		s.log.Error("agent: configuration problem; trying again slowly", "err", err, "next_attempt", at)
+		s.bus.publish(Lifecycle{Kind: "error", Reason: msg, At: s.now()})
+	} else {
+		s.log.Debug("agent: configuration problem persists", "err", err, "next_attempt", at)
+	}
+	s.setState(StateError, msg, func(st *Status) { l.clearSession(st); st.LastError, st.NextAttempt = msg, at })
 }
 
 func (l *loop) scheduleRetry(reason string) {
 	s := l.s
 	wait := s.backoff(l.failures)
 	at := s.now().Add(wait)
-	l.retry = time.NewTimer(wait)
-	s.log.Warn("agent: reconnecting", "reason", reason, "attempt", l.failures, "wait", wait)
+	l.retryAt = at
+	if l.announce(reason, "agent: reconnecting", "wait", wait) {
+		s.bus.publish(Lifecycle{Kind: "reconnect", Reason: reason, At: s.now()})
+	}
 	s.setState(StateReconnecting, reason, func(st *Status) {
 		l.clearSession(st)
 		st.NextAttempt, st.LastError = at, reason
 	})
-	s.bus.publish(Lifecycle{Kind: "reconnect", Reason: reason, At: s.now()})
 }
 
-func (l *loop) handleSession(se sessEvent) {
-	lv := se.l
+// judge counts a session that has ended, or is being rolled over, toward backoff, once: one
+// that did not live backoff_max or took no audio ended before it was useful, and what follows
+// it waits as after a failed connect. A server that ends every session at once thus meets
+// growing waits, never a storm.
+func (l *loop) judge(lv *live) bool {
+	if !lv.judged {
+		lv.judged = true
+		lv.healthy = l.s.now().Sub(lv.started) >= l.s.cfg.BackoffMax && lv.delivered() > 0
+		if lv.healthy {
+			l.failures = 0
+			l.lastReason = "" // the next failure is news
+		} else {
+			l.failures++
+		}
+	}
+	return lv.healthy
+}
+
+func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
+	if !ok {
+		lv.eventsDone = true
+		return
+	}
 	if lv != l.cur && lv != l.next {
 		return // a session we have left behind
 	}
 	s := l.s
-	switch ev := se.ev.(type) {
+	switch ev := ev.(type) {
 	case realtime.Closed:
 		if lv == l.next {
 			l.next = nil
+			l.retire(lv)
 			s.log.Warn("agent: the next session ended before the switch", "reason", ev.Reason)
 			return
 		}
@@ -411,34 +814,40 @@ func (l *loop) handleSession(se sessEvent) {
 		l.lastActive = s.now()
 		s.bus.publish(TextDelta{SessionID: lv.id, Text: ev.Text})
 	case realtime.AudioDelta:
-		if lv != l.cur {
+		if lv != l.cur || ev.SampleRate <= 0 {
 			return
 		}
 		l.openReply(lv)
 		lv.lastDelta = time.Duration(len(ev.Samples)) * time.Second / time.Duration(ev.SampleRate)
 		s.speaker.Play(lv.toSpeakerRate(ev, s.log))
 		l.lastActive = s.now()
-		l.updatePlayback()
 	case realtime.TurnDone:
 		if lv == l.cur {
 			l.finishReply(lv)
 		}
 	case realtime.MetricsUpdate:
 		m := ev.Metrics
-		step := m.PrefillMS > 0 || m.GenerateMS > 0 || m.WallClockMS > 0
-		if (m.KVCacheLength > 0 || step) && lv == l.cur {
-			if m.KVCacheLength > 0 {
-				lv.kv = m.KVCacheLength
-			}
-			s.updateStatus(func(st *Status) {
-				st.KVCacheLength = lv.kv
-				if step {
-					st.LastStep = &StepMetrics{PrefillMS: m.PrefillMS, GenerateMS: m.GenerateMS, WallClockMS: m.WallClockMS,
-						Tokens: m.NTokens, TTSTokens: m.NTTSTokens, At: s.now()}
-				}
-			})
-		} else if m.KVCacheLength > 0 {
+		if m.KVCacheLength > 0 {
 			lv.kv = m.KVCacheLength
+		}
+		step := m.PrefillMS > 0 || m.GenerateMS > 0 || m.WallClockMS > 0
+		if lv != l.cur || (!step && m.KVCacheLength == 0) {
+			break
+		}
+		edit := func(st *Status) {
+			st.KVCacheLength = lv.kv
+			if step {
+				st.LastStep = &StepMetrics{PrefillMS: m.PrefillMS, GenerateMS: m.GenerateMS, WallClockMS: m.WallClockMS,
+					Tokens: m.NTokens, TTSTokens: m.NTTSTokens, At: s.now()}
+			}
+		}
+		// The status keeps the newest figures, but is published when the context has moved by
+		// a step (1/64 of the limit), not on every server step: subscribers wake for news.
+		if lv.kv >= lv.kvShown+s.cfg.ContextLimit/64 || lv.kv < lv.kvShown {
+			lv.kvShown = lv.kv
+			s.updateStatus(edit)
+		} else {
+			s.editStatus(edit)
 		}
 	case realtime.Transcript:
 		u := Utterance{Role: "user", Text: ev.Text, SessionID: lv.id, End: s.now(), Partial: !ev.Final,
@@ -530,7 +939,6 @@ func (l *loop) onListen(lv *live) {
 		l.s.speaker.FlushAfter(keep)
 	}
 	l.finishReply(lv)
-	l.updatePlayback()
 }
 
 func (l *loop) interrupted() {
@@ -545,7 +953,6 @@ func (l *loop) interrupted() {
 		cancel()
 	}
 	l.finishReply(l.cur)
-	l.updatePlayback()
 }
 
 // sessionLost handles an end we did not ask for.
@@ -553,12 +960,21 @@ func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 	s := l.s
 	l.retire(lv)
 	l.failSays(lv, "the session ended before the speech was finished")
-	l.s.sendMu.Lock()
+	s.sendMu.Lock()
 	s.active.CompareAndSwap(lv, nil)
 	l.cur = nil
-	l.s.sendMu.Unlock()
+	s.sendMu.Unlock()
+	s.backlog.setLimit(durationToSamples(s.gapBuffer()))
+	if resend := lv.undelivered(ev.Undelivered); len(resend) > 0 {
+		// What the server never got goes again, first, in the next session (as far as the
+		// reconnect buffer reaches).
+		if dropped := s.backlog.requeue(resend...); dropped > 0 {
+			s.announceDrop("no session: keeping only the newest audio")
+		}
+		s.log.Info("agent: audio the lost session never received is sent again", "chunks", len(resend))
+	}
 	l.finishReply(lv)
-	s.backlog.setLimit(durationToSamples(s.cfg.ReconnectBuffer))
+	l.lost++
 	reason := ev.Reason
 	var err error
 	if ev.Err != nil {
@@ -567,16 +983,17 @@ func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 			reason = ev.Err.Error()
 		}
 	}
-	s.log.Info("agent: session ended", "session", lv.id, "reason", reason)
+	s.log.Info("agent: session ended", "session", lv.id, "reason", reason, "age", s.now().Sub(lv.started).Round(time.Millisecond),
+		"undelivered", len(ev.Undelivered))
 	s.bus.publish(Lifecycle{Kind: "session_ended", SessionID: lv.id, Reason: reason, At: s.now()})
-	l.reconnects++
 	if !l.want {
 		return
 	}
+	healthy := l.judge(lv)
 	if l.next != nil { // a rollover was ready: take it now
+		l.rollovers++
 		l.activate(l.next)
 		l.next = nil
-		l.rollovers++
 		return
 	}
 	if l.dialing != nil { // a rollover dial is under way: it becomes the reconnect
@@ -584,69 +1001,54 @@ func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 		s.setState(StateConnecting, reason, func(st *Status) { l.clearSession(st) })
 		return
 	}
+	class := realtime.ClassOf(err)
 	switch {
-	case err == nil || realtime.ClassOf(err) == realtime.ClassEnded:
-		// A normal end (time limit, full context): a new session at once.
-		l.failures = 0
+	case err != nil && class == realtime.ClassConfig:
+		l.configError(err)
+	case healthy && (err == nil || class == realtime.ClassEnded):
+		// A long, useful session ended in the normal course (time limit, full context): a new
+		// session at once.
 		s.bus.publish(Lifecycle{Kind: "reconnect", Reason: reason, At: s.now()})
-		l.connect()
-	case realtime.ClassOf(err) == realtime.ClassConfig:
-		l.fail(err)
+		l.connect(false)
 	default:
-		l.failures++
+		l.failures = max(l.failures, 1)
 		l.scheduleRetry(reason)
 	}
 }
 
 func (l *loop) handleSpeech(speaking bool) {
-	l.publish() // the speech flag is part of the status
+	switch l.s.Status().State {
+	case StateIdle, StateListening, StateSpeaking:
+		l.publish() // the speech flag is part of the status
+	default:
+		// While (re)connecting or queued the flag waits for the next status: a state line
+		// per report of the server, not per word.
+	}
 	l.s.bus.publish(VoiceActivity{Source: "local", Speaking: speaking, At: l.s.now()})
 	if !speaking {
 		return
 	}
 	l.lastActive = l.s.now()
-	if l.s.cfg.Policy == PolicyVoice && !l.want {
-		l.start("voice activity")
+	if l.s.cfg.Policy == PolicyVoice && !l.want && !l.stopped {
+		l.begin("voice activity", true)
 	}
 }
 
-// tick runs the periodic checks: playback state, backlog bound, rollover, idle timeout.
-func (l *loop) tick() {
-	s := l.s
-	if l.cur == nil {
-		return
-	}
-	l.updatePlayback()
-	if l.lagPending {
-		if queued, _, _ := s.backlog.stats(); queued <= s.cfg.MaxLag {
-			s.backlog.setLimit(durationToSamples(s.cfg.MaxLag))
-			l.lagPending = false
-		}
-	}
-	if l.needRollover(l.cur) {
-		l.rollover()
-	}
-	l.maybeSwitch()
-	if s.cfg.Policy != PolicyAlways && l.cur != nil && s.now().Sub(l.lastActive) > s.cfg.IdleTimeout && s.speaker.Pending() == 0 {
-		s.log.Info("agent: idle; ending the session", "idle_timeout", s.cfg.IdleTimeout)
-		l.stop("idle")
-	}
-}
-
+// updatePlayback follows the speaker: speaking while queued reply audio plays, listening after.
 func (l *loop) updatePlayback() {
-	if l.cur == nil {
-		return
-	}
-	st := l.s.Status()
-	if st.State != StateListening && st.State != StateSpeaking {
+	s := l.s
+	s.statusMu.Lock()
+	st := s.status.State
+	s.statusMu.Unlock()
+	if st != StateListening && st != StateSpeaking {
 		return
 	}
 	want := StateListening
-	if l.s.speaker.Pending() > 0 {
+	if s.speaker.Pending() > 0 {
 		want = StateSpeaking
 	}
-	if st.State != want {
-		l.s.setState(want, "", nil)
+	if st != want {
+		s.setState(want, "", nil)
 	}
 }
 
@@ -665,45 +1067,71 @@ func (l *loop) timeLimit() time.Duration {
 	}
 }
 
-func (l *loop) needRollover(lv *live) bool {
-	s := l.s
-	if lv.kv > 0 && lv.kv >= s.cfg.ContextLimit-s.cfg.ContextMargin {
-		return true
-	}
-	limit := l.timeLimit()
-	return limit > 0 && s.now().Sub(lv.started) >= limit-s.cfg.TimeMargin
+func (l *loop) contextFull(lv *live) bool {
+	return lv.kv > 0 && lv.kv >= l.s.cfg.ContextLimit-l.s.cfg.ContextMargin
 }
 
-// rollover prepares the switch to a fresh session before the server's limit.
-func (l *loop) rollover() {
+// rolloverDue is when lv should roll over: now if its context is full, else its age limit
+// (zero: no limit).
+func (l *loop) rolloverDue(lv *live, now time.Time) time.Time {
+	if l.contextFull(lv) {
+		return now
+	}
+	if limit := l.timeLimit(); limit > 0 {
+		return lv.started.Add(limit - l.s.cfg.TimeMargin)
+	}
+	return time.Time{}
+}
+
+func (l *loop) needRollover(lv *live, now time.Time) bool {
+	due := l.rolloverDue(lv, now)
+	return !due.IsZero() && !now.Before(due)
+}
+
+// rollover prepares the switch to a fresh session before the server's limit. A session rolled
+// over before it was useful holds the next rollover back by the backoff, as a reconnect would.
+func (l *loop) rollover(now time.Time) {
 	s := l.s
-	if l.next != nil || l.dialing != nil || s.now().Before(l.rolloverAt) {
+	cur := l.cur
+	if l.next != nil || l.dialing != nil {
 		return
 	}
-	if *s.cfg.Overlap {
-		s.log.Info("agent: opening the next session ahead of the limit", "session", l.cur.id, "kv", l.cur.kv)
+	if !cur.judged && !l.judge(cur) {
+		l.rolloverNotBefore = later(l.rolloverNotBefore, now.Add(s.backoff(l.failures)))
+		l.announce("rollover too soon", "agent: the session needs its rollover before it was useful; holding the next one back",
+			"session", cur.id, "not_before", l.rolloverNotBefore)
+	}
+	if now.Before(l.rolloverNotBefore) {
+		return
+	}
+	if *s.cfg.Overlap && !l.sequential {
+		s.log.Info("agent: opening the next session ahead of the limit", "session", cur.id, "kv", cur.kv)
 		l.startDial(true)
 		return
 	}
-	// Sequential: close at a listening moment, then open the next (single-worker servers).
-	if !l.modelIdle() {
+	// Sequential: close at a listening moment (at most switch_wait later), then open the next.
+	if l.rolloverSince.IsZero() {
+		l.rolloverSince = now
+	}
+	if !l.modelIdle() && now.Sub(l.rolloverSince) < s.cfg.SwitchWait {
 		return
 	}
-	old := l.cur
-	l.s.sendMu.Lock()
+	waits := l.abandonDials()
+	s.sendMu.Lock()
 	s.active.Store(nil)
 	l.cur = nil
-	l.s.sendMu.Unlock()
-	l.finishReply(old)
-	l.closeAsync(old, "user_stop")
-	s.backlog.setLimit(durationToSamples(s.cfg.ReconnectBuffer))
+	s.sendMu.Unlock()
+	s.backlog.setLimit(durationToSamples(s.gapBuffer()))
+	l.finishReply(cur)
+	l.closeAsync(cur, "user_stop", waits, true)
 	l.rollovers++
-	s.bus.publish(Lifecycle{Kind: "rollover", SessionID: old.id, Reason: l.rolloverReason(old), At: s.now()})
-	l.connect()
+	l.rolloverSince = time.Time{}
+	s.bus.publish(Lifecycle{Kind: "rollover", SessionID: cur.id, Reason: l.rolloverReason(cur), At: now})
+	l.connect(true)
 }
 
 func (l *loop) rolloverReason(lv *live) string {
-	if lv.kv >= l.s.cfg.ContextLimit-l.s.cfg.ContextMargin && lv.kv > 0 {
+	if l.contextFull(lv) {
 		return fmt.Sprintf("context %d of %d tokens", lv.kv, l.s.cfg.ContextLimit)
 	}
 	return fmt.Sprintf("session age %v of %v", l.s.now().Sub(lv.started).Round(time.Second), l.timeLimit())
@@ -711,12 +1139,12 @@ func (l *loop) rolloverReason(lv *live) string {
 
 // maybeSwitch moves to the ready next session at a moment the model is listening (or when the
 // wait has gone on too long).
-func (l *loop) maybeSwitch() {
+func (l *loop) maybeSwitch(now time.Time) {
 	s := l.s
 	if l.next == nil || l.cur == nil {
 		return
 	}
-	if !l.modelIdle() && s.now().Sub(l.nextReadyAt) < s.cfg.SwitchWait {
+	if !l.modelIdle() && now.Sub(l.nextReadyAt) < s.cfg.SwitchWait {
 		return
 	}
 	old := l.cur
@@ -725,7 +1153,7 @@ func (l *loop) maybeSwitch() {
 	next := l.next
 	l.next = nil
 	l.activate(next) // closes old with user_stop after the sender has let go of it
-	s.bus.publish(Lifecycle{Kind: "rollover", SessionID: next.id, Reason: reason + "; was " + old.id, At: s.now()})
+	s.bus.publish(Lifecycle{Kind: "rollover", SessionID: next.id, Reason: reason + "; was " + old.id, At: now})
 }
 
 func (l *loop) modelIdle() bool {
@@ -743,16 +1171,16 @@ func (l *loop) finishInput() {
 	}
 }
 
-// shutdown closes every session politely and waits (bounded) for the goodbyes.
+// shutdown leaves any queue, closes every session politely and waits (bounded) for the goodbyes.
 func (l *loop) shutdown() {
 	l.want = false
-	l.stopRetry()
+	l.retryAt = time.Time{}
 	l.closeAll("shutdown")
 	done := make(chan struct{})
 	go func() { l.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(closeTimeout + time.Second):
+	case <-time.After(2*l.s.closeBudget() + max(0, time.Until(l.queueLeft)) + time.Second):
 		l.s.log.Warn("agent: sessions did not close in time")
 	}
 }
@@ -916,7 +1344,7 @@ func (l *loop) runTurn(id string, req realtime.ChatRequest, speak bool) {
 			switch ev := ev.(type) {
 			case realtime.AudioDelta:
 				if speak {
-					s.speaker.Play(ev.Samples)
+					s.play(ev.Samples)
 				}
 			case realtime.TextDelta:
 				if ev.Text != "" {
@@ -937,7 +1365,7 @@ func (l *loop) runTurn(id string, req realtime.ChatRequest, speak bool) {
 			return
 		}
 		if speak && len(reply.Audio) > 0 && !req.Stream {
-			s.speaker.Play(reply.Audio)
+			s.play(reply.Audio)
 		}
 		if strings.TrimSpace(reply.Text) == "" && len(reply.Audio) == 0 {
 			s.bus.publish(Answer{ID: id, Error: "the server ended the turn with no text and no audio"})

@@ -7,7 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,7 +56,7 @@ func soak(b *testing.B, url string, rollovers int) {
 
 	runtime.GC()
 	goroutines0, heap0, fds0 := runtime.NumGoroutine(), heapInUse(), openFiles()
-	cpu0 := cpuTime()
+	cpu0, w0 := cpuTime(), wakeups()
 	go func() { done <- sup.Run(ctx) }()
 
 	n := 0
@@ -81,7 +84,7 @@ func soak(b *testing.B, url string, rollovers int) {
 	}
 	st := sup.Status()
 	sent := st.ChunksSent
-	cpu := cpuTime() - cpu0
+	cpu, woken := cpuTime()-cpu0, wakeups()-w0
 	wall := time.Since(firstListening)
 	cancel()
 	<-done
@@ -93,6 +96,7 @@ func soak(b *testing.B, url string, rollovers int) {
 	media := float64(sent) * 0.25
 	b.ReportMetric(float64(n), "rollovers")
 	b.ReportMetric(float64(cpu.Milliseconds())/media, "cpu-ms/s-media")
+	b.ReportMetric(float64(woken)/media, "wakeups/s-media")
 	b.ReportMetric(media/wall.Seconds(), "media-s/wall-s")
 	b.ReportMetric(float64(goroutines0), "goroutines-before")
 	b.ReportMetric(float64(goroutines1), "goroutines-after")
@@ -241,4 +245,134 @@ func BenchmarkCaptureToSend(b *testing.B) {
 		b.ReportMetric(float64(len(lat)), "chunks")
 		h.sim.Close()
 	}
+}
+
+// BenchmarkSoakMemory is the long soak of issue 13: the agent streams in real time to a talking
+// server in its own process (a second of speech every four, which the parrot answers and plays
+// back), with no speaker (audio.output: none), through about 100 rollovers, and must end with its
+// resident memory, goroutines and open files within a small bound of where they stood once warm
+// (at minute 2, or a third of a shorter run). OMNISAT_SOAK sets the length (default 150s, about
+// 2.5 minutes; e.g. 30m), and the rollovers stay about 100.
+//
+//	go test -run '^$' -bench SoakMemory -benchtime 1x -timeout 40m ./agent
+func BenchmarkSoakMemory(b *testing.B) {
+	length := 150 * time.Second
+	if v := os.Getenv("OMNISAT_SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("OMNISAT_SOAK: %v", err)
+		}
+		length = d
+	}
+	const rollovers = 100
+	url := startSimulatorProcess(b, "--workers", "2")
+	for range b.N {
+		soakMemory(b, url, length, rollovers)
+	}
+}
+
+func soakMemory(b *testing.B, url string, length time.Duration, rollovers int) {
+	audio := slices.Concat(tone(16000, 0.3), make([]float32, 16000*3))
+	source := devices.NewPacedSource(audio, 16000, true, 1)
+	var speaker agent.Speaker
+	if os.Getenv("OMNISAT_SOAK_SPEAKER") == "clock" {
+		speaker = &clockSpeaker{} // keeps nothing by construction: the agent's share alone
+	} else {
+		spk := devices.NewFileSpeaker("", 24000) // what audio.output: none plays into
+		defer spk.Close()
+		speaker = spk
+	}
+	every := length / time.Duration(rollovers)
+	sup, err := agent.New(agent.Options{
+		Config: agent.Config{TimeLimit: every + every/4, TimeMargin: every / 4, SwitchWait: every / 4,
+			BackoffMin: every / 10, BackoffMax: every / 5},
+		// Every chunk may be answered: sessions are short, and the server would otherwise force
+		// the first three to listen.
+		Server: realtime.Config{URL: url, Mode: realtime.ModeAudio,
+			Init: realtime.Init{Instructions: "soak", Config: map[string]any{"force_listen_count": 0}}},
+		Audio: source, Speaker: speaker,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	events, _ := sup.Subscribe(1 << 16)
+	var mu sync.Mutex
+	kinds := map[string]int{}
+	replies := 0
+	go func() {
+		for ev := range events {
+			mu.Lock()
+			switch ev := ev.(type) {
+			case agent.Lifecycle:
+				kinds[ev.Kind]++
+			case agent.Utterance:
+				if ev.Role == "assistant" {
+					replies++
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	sample := func() (rss int64, goroutines, fds int) {
+		runtime.GC()
+		debug.FreeOSMemory()
+		return residentKiB(), runtime.NumGoroutine(), openFiles()
+	}
+	began := time.Now()
+	warm := min(length/3, 2*time.Minute)
+	time.Sleep(warm)
+	rss0, g0, fds0 := sample()
+	cpu0, w0, sent0 := cpuTime(), wakeups(), sup.Status().ChunksSent
+	time.Sleep(length - warm)
+	rss1, g1, fds1 := sample()
+	cpu1, w1, st := cpuTime(), wakeups(), sup.Status()
+	mu.Lock()
+	lost := kinds["session_ended"] // before the shutdown ends the last one
+	mu.Unlock()
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	media := float64(st.ChunksSent - sent0) // 1 s chunks
+	b.ReportMetric(time.Since(began).Seconds(), "s")
+	b.ReportMetric(float64(st.Rollovers), "rollovers")
+	b.ReportMetric(float64(replies), "replies")
+	b.ReportMetric(float64(rss0)/1024, "rss-MiB-warm")
+	b.ReportMetric(float64(rss1)/1024, "rss-MiB-end")
+	b.ReportMetric(float64(g0), "goroutines-warm")
+	b.ReportMetric(float64(g1), "goroutines-end")
+	b.ReportMetric(float64(fds0), "fds-warm")
+	b.ReportMetric(float64(fds1), "fds-end")
+	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/1000/media, "cpu-ms/s-media")
+	b.ReportMetric(float64(w1-w0)/media, "wakeups/s-media")
+	b.ReportMetric(float64(st.ChunksDropped), "chunks-dropped")
+	if st.Rollovers < rollovers*3/4 || replies == 0 {
+		b.Errorf("%d rollovers and %d replies in %v: not the soak intended (lifecycle %v)", st.Rollovers, replies, length, kinds)
+	}
+	if lost > 0 || st.SessionsLost > 0 {
+		b.Errorf("sessions lost during the soak: %v", kinds)
+	}
+	// Flat: a few MiB of slack for the allocator and the GC's pacing, a couple of goroutines
+	// and files for whatever is closing at the moment of the sample.
+	if rss1 > rss0+8*1024 || g1 > g0+3 || fds1 > fds0+2 {
+		b.Errorf("grew from warm to end: resident %d → %d KiB, goroutines %d → %d, open files %d → %d", rss0, rss1, g0, g1, fds0, fds1)
+	}
+}
+
+// residentKiB is this process's resident memory (VmRSS).
+func residentKiB() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	return -1
 }

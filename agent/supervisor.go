@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,15 +17,14 @@ import (
 const (
 	inputRate  = realtime.InputSampleRate
 	outputRate = realtime.OutputSampleRate
-	// captureBlock is how much audio capture reads at a time: the grain of voice detection,
-	// interrupts and frame sampling.
-	captureBlock = inputRate / 50 // 20 ms
-	// closeTimeout bounds the polite goodbye to a session.
-	closeTimeout = 2 * time.Second
+	// captureStep is the grain of voice detection, interrupts and frame sampling.
+	captureStep = inputRate / 50 // 20 ms
+	// readBlock is the most audio one Read asks for: a device delivers what it has (one period,
+	// one wake-up), and a source that waits for the whole buffer is not waited on for longer
+	// than this (interrupts and barge-in are cut at step grain either way).
+	readBlock = inputRate / 10 // 100 ms
 	// sendTimeout bounds one Send while the sender holds sendMu.
 	sendTimeout = time.Second
-	// stateTick is how often playback is checked for the speaking/listening state.
-	stateTick = 50 * time.Millisecond
 )
 
 // DialFunc opens a session; realtime.Dial in production.
@@ -89,19 +85,35 @@ type Supervisor struct {
 	cmds   chan func(*loop)
 	bus    *bus
 
+	// activeCh wakes the sender when a session becomes active.
+	activeCh chan struct{}
+	pacer    *pacer // used by the sender only
+	lag      lagLimit
+	captured atomic.Int64 // samples read from the source
+	// timerWakes counts the state loop's timer firing (a deadline came): with nothing due, none.
+	timerWakes atomic.Uint64
+
 	muted     atomic.Bool
 	cameraOn  atomic.Bool
+	interrupt atomic.Bool  // capture cuts the current chunk short and marks it force_listen
+	speech    atomic.Bool  // local voice activity right now
 	volume    atomic.Int32 // the volume last set, whatever the sink
 	held      atomic.Bool  // a stop command holds the session off (policy always)
 	settings  *settingsStore
 	defaults  Defaults
 	lastFrame atomic.Pointer[FrameSent] // the newest frame a chunk carried to the server
-	interrupt atomic.Bool               // capture cuts the current chunk short and marks it force_listen
-	speech    atomic.Bool               // local voice activity right now
-	sent      atomic.Uint64
+	// epoch counts stops: audio captured before a stop is never sent (privacy). muteEpoch counts
+	// mutes: audio not yet sent when the microphone is muted goes out as silence.
+	epoch, muteEpoch atomic.Uint64
+	// dropping is set while audio is being dropped: the first drop of an episode is announced,
+	// the rest only counted.
+	dropping atomic.Bool
+	// delivered counts the chunks of sessions already left behind that reached the server.
+	delivered atomic.Uint64
 	// Traffic of sessions already left behind; the active one's is added in Status.
 	bytesUp, bytesDown atomic.Uint64
-	speechCh           chan bool // capture → loop: speech started/stopped
+	speechCh           chan bool     // capture → loop: speech started/stopped
+	playCh             chan struct{} // playback changed outside the loop (say): re-check the state
 
 	statusMu sync.Mutex
 	status   Status
@@ -115,9 +127,15 @@ type Supervisor struct {
 // New checks the options and builds a supervisor; nothing runs until Run.
 func New(o Options) (*Supervisor, error) {
 	o.Config = o.Config.WithDefaults()
-	if err := o.Config.check(); err != nil {
+	if err := errors.Join(o.Config.check(), o.Config.CheckContext(o.Server.Init.Instructions)); err != nil {
 		return nil, err
 	}
+	return newSupervisor(o)
+}
+
+// newSupervisor builds a supervisor from checked options (tests may skip the checks).
+func newSupervisor(o Options) (*Supervisor, error) {
+	o.Config = o.Config.WithDefaults()
 	if o.Audio == nil || o.Speaker == nil {
 		return nil, errors.New("agent: an audio source and a speaker are required")
 	}
@@ -158,10 +176,14 @@ func New(o Options) (*Supervisor, error) {
 		log: o.Logger, rng: o.Rand, now: o.Now,
 		cmds:         make(chan func(*loop), 16),
 		bus:          newBus(),
+		activeCh:     make(chan struct{}, 1),
+		pacer:        &pacer{rate: o.Config.CatchUpRate},
+		lag:          lagLimit{maxLag: o.Config.MaxLag, gain: o.Config.CatchUpRate - 1},
 		speechCh:     make(chan bool, 4),
+		playCh:       make(chan struct{}, 1),
 		instructions: o.Server.Init.Instructions,
 	}
-	s.backlog = newBacklog(durationToSamples(s.idleBuffer()))
+	s.backlog = newBacklog(durationToSamples(s.idleBuffer(false)))
 	s.defaults = Defaults{CameraOn: true, Volume: 100, Instructions: o.Server.Init.Instructions}
 	if vc, ok := o.Speaker.(VolumeControl); ok {
 		s.defaults.Volume = vc.Volume()
@@ -198,7 +220,7 @@ func (s *Supervisor) applySettings() {
 	if o := stored.Instructions; o != nil {
 		instructions = o.Value
 	}
-	s.muted.Store(muted)
+	s.setMuted(muted)
 	s.cameraOn.Store(camera)
 	s.setVolume(volume)
 	s.instrMu.Lock()
@@ -240,7 +262,7 @@ func (s *Supervisor) Status() Status {
 		st.CameraOn = false // video chunks carry no frames until it is back
 	}
 	st.Speech = s.speech.Load()
-	st.ChunksSent = s.sent.Load()
+	st.ChunksSent = s.delivered.Load()
 	_, dc, ds := s.backlog.stats()
 	st.ChunksDropped = dc
 	st.SecondsDropped = float64(ds) / inputRate
@@ -250,6 +272,7 @@ func (s *Supervisor) Status() Status {
 		t := l.sess.Stats()
 		st.BytesUp += t.BytesSent
 		st.BytesDown += t.BytesReceived
+		st.ChunksSent += l.delivered()
 	}
 	if u, ok := s.speaker.(UnderrunCounter); ok {
 		n := u.Underruns()
@@ -276,7 +299,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); captureErr <- s.captureLoop(ctx) }()
 	go func() { defer wg.Done(); s.sendLoop(ctx) }()
 
-	l := &loop{s: s, ctx: ctx, sessEvents: make(chan sessEvent, 64), dialDone: make(chan dialResult, 2)}
+	l := newLoop(s, ctx)
 	err := l.run(captureErr)
 	cancel()
 	wg.Wait()
@@ -317,7 +340,7 @@ func (s *Supervisor) Interrupt() {
 // Mute sends silence instead of the microphone while on (the session and its pacing go on).
 // It is kept across restarts.
 func (s *Supervisor) Mute(on bool) {
-	s.muted.Store(on)
+	s.setMuted(on)
 	s.settings.update(func(st *storedSettings) { setOverride(&st.Muted, on, s.defaults.Muted) })
 	s.do(func(l *loop) { l.publish() })
 }
@@ -466,11 +489,51 @@ func (s *Supervisor) do(f func(*loop)) {
 	}
 }
 
-func (s *Supervisor) idleBuffer() time.Duration {
-	if s.cfg.Policy == PolicyVoice {
+// setMuted switches the microphone off or on. Audio captured before a mute and not yet handed
+// to the connection goes out as silence too: pressing mute means the last words were not for
+// the server either.
+func (s *Supervisor) setMuted(on bool) {
+	if on && !s.muted.Load() {
+		s.muteEpoch.Add(1)
+	}
+	s.muted.Store(on)
+}
+
+// idleBuffer is the audio kept while no session is wanted: only policy voice's pre-roll, and
+// nothing after an explicit stop (what is heard while switched off never leaves the device).
+func (s *Supervisor) idleBuffer(stopped bool) time.Duration {
+	if s.cfg.Policy == PolicyVoice && !stopped {
 		return s.cfg.PreRoll
 	}
-	return s.cfg.ReconnectBuffer
+	return 0
+}
+
+// closeBudget bounds the polite goodbye to a session, and each wait before it.
+func (s *Supervisor) closeBudget() time.Duration {
+	if s.server.CloseTimeout > 0 {
+		return s.server.CloseTimeout + time.Second
+	}
+	return 3 * time.Second
+}
+
+// gapBuffer is the audio kept while a wanted session is not there (connecting, queued,
+// reconnecting): it is sent first when one is.
+func (s *Supervisor) gapBuffer() time.Duration { return s.cfg.ReconnectBuffer }
+
+// liveBuffer bounds the queue while a session is live: what a gap left to catch up, or what a
+// link that fell behind may still send (max_lag), plus the chunk being handed over. Audio is
+// dropped by age when it is sent; this only bounds memory.
+func (s *Supervisor) liveBuffer() time.Duration {
+	return max(s.cfg.MaxLag, s.cfg.ReconnectBuffer) + s.cfg.Chunk
+}
+
+// play queues reply audio from outside the loop and has the loop follow the playback state.
+func (s *Supervisor) play(samples []float32) {
+	s.speaker.Play(samples)
+	select {
+	case s.playCh <- struct{}{}:
+	default:
+	}
 }
 
 func (s *Supervisor) currentInstructions() string {
@@ -497,198 +560,20 @@ func (s *Supervisor) setState(st State, detail string, f func(*Status)) {
 	}
 }
 
+// editStatus edits status fields other than the state without publishing: the next status
+// read or published carries them.
+func (s *Supervisor) editStatus(f func(*Status)) {
+	s.statusMu.Lock()
+	f(&s.status)
+	s.statusMu.Unlock()
+}
+
 // updateStatus edits status fields other than the state and publishes the result.
 func (s *Supervisor) updateStatus(f func(*Status)) {
 	s.statusMu.Lock()
 	f(&s.status)
 	s.statusMu.Unlock()
 	s.bus.publish(StateChanged{Status: s.Status()})
-}
-
-// captureLoop reads the microphone, cuts chunks and queues them. It runs whether or not a session
-// is live, so audio captured while connecting can be kept.
-func (s *Supervisor) captureLoop(ctx context.Context) error {
-	chunkSamples := durationToSamples(s.cfg.Chunk)
-	if n := s.server.AudioFrameSamples(); n > 0 {
-		// OpenVoice's VAD judges each frame whole: send it small frames as they are captured.
-		chunkSamples = n
-	}
-	framesEvery := 0
-	if s.server.Mode == realtime.ModeVideo && s.cfg.FramesPerChunk > 0 {
-		framesEvery = chunkSamples / s.cfg.FramesPerChunk
-	}
-	vad := newEnergyVAD(s.cfg.VADThreshold)
-	var barge *energyVAD
-	wasRising, holdOpen := false, false
-	preRoll := max(0, realtime.MinChunkSamples-durationToSamples(s.cfg.BargeIn.MinSpeech))
-	if *s.cfg.BargeIn.Enabled {
-		barge = newBargeInVAD(s.cfg.BargeIn)
-	}
-	block := make([]float32, captureBlock)
-	var seq uint64
-	cur := make([]float32, 0, chunkSamples)
-	var frames [][]byte
-	nextFrameAt := framesEvery
-	for {
-		// Never read past the chunk boundary: every chunk holds exactly chunkSamples, except
-		// one held open while speech may be starting (below).
-		want := chunkSamples - len(cur)
-		if want <= 0 {
-			want = captureBlock
-		}
-		n, err := s.audio.Read(ctx, block[:min(captureBlock, want)])
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, io.EOF) {
-				return io.EOF
-			}
-			return fmt.Errorf("read audio: %w", err)
-		}
-		got := block[:n]
-		if s.muted.Load() {
-			clear(got)
-		}
-		if speaking, changed := vad.process(got); changed {
-			s.speech.Store(speaking)
-			select {
-			case s.speechCh <- speaking:
-			default:
-			}
-		}
-		if barge != nil {
-			// The user talks over the model's speech: stop it (the signal is echo-cancelled
-			// upstream, so the model's own voice does not count).
-			playing := s.active.Load() != nil && s.speaker.Pending() > 0
-			speaking, changed := barge.process(got)
-			rising := barge.v.Rising()
-			// Speech may be starting: end the chunk just before it (keeping preRoll of the
-			// audio before the onset for the next chunk), so that when the minimum speech
-			// confirms it the chunk holding the onset is about as long as a server accepts and
-			// carries force_listen at once, instead of after whatever the chunk held before.
-			if rising && !wasRising && playing && len(cur) >= realtime.MinChunkSamples {
-				at := max(realtime.MinChunkSamples, len(cur)-preRoll)
-				seq = s.queueChunk(seq, slices.Clip(cur[:at]), frames, false, framesEvery)
-				cur, frames, nextFrameAt = append(make([]float32, 0, chunkSamples), cur[at:]...), nil, framesEvery
-			}
-			wasRising = rising
-			holdOpen = rising && playing
-			if changed && speaking && playing {
-				s.log.Info("agent: barge-in: the user speaks over the reply")
-				s.bus.publish(Lifecycle{Kind: "barge_in", At: s.now()})
-				s.Interrupt()
-			}
-		}
-		cur = append(cur, got...)
-		if framesEvery > 0 && len(cur) >= nextFrameAt {
-			if s.cameraOn.Load() {
-				if f, ok := s.frames.Latest(); ok {
-					frames = append(frames, f)
-				}
-			}
-			nextFrameAt += framesEvery
-		}
-		// While speech may be starting over the model's speech, the chunk holding its onset
-		// stays open (for at most the minimum speech) so that it, not a chunk begun after the
-		// onset, carries the force_listen.
-		cut := len(cur) >= chunkSamples && !holdOpen
-		force := false
-		if s.interrupt.Load() && len(cur) >= realtime.MinChunkSamples {
-			cut, force = true, true
-			s.interrupt.Store(false)
-		}
-		if !cut {
-			continue
-		}
-		seq = s.queueChunk(seq, cur, frames, force, framesEvery)
-		cur = make([]float32, 0, chunkSamples)
-		frames = nil
-		nextFrameAt = framesEvery
-	}
-}
-
-// queueChunk puts the captured audio (and frames) on the backlog as chunk seq+1 and returns
-// the new sequence number.
-func (s *Supervisor) queueChunk(seq uint64, cur []float32, frames [][]byte, force bool, framesEvery int) uint64 {
-	seq++
-	c := chunk{seq: seq, audio: cur, frames: frames, forceListen: force, captured: s.now()}
-	if len(c.frames) == 0 && framesEvery > 0 && s.cameraOn.Load() {
-		if f, ok := s.frames.Latest(); ok { // interrupt cut before the first frame point
-			c.frames = [][]byte{f}
-		}
-	}
-	if dropped := s.backlog.push(c); dropped > 0 {
-		s.bus.publish(Lifecycle{Kind: "audio_dropped", At: s.now(),
-			Reason: fmt.Sprintf("link behind: dropped %d oldest chunk(s)", dropped)})
-	}
-	return seq
-}
-
-// sendLoop feeds the active session with queued chunks, oldest first, at the pace they are
-// captured. A chunk that cannot be sent goes back to the front of the queue.
-func (s *Supervisor) sendLoop(ctx context.Context) {
-	for {
-		c, ok := s.backlog.pop(ctx)
-		if !ok {
-			return
-		}
-		s.sendMu.Lock()
-		l := s.active.Load()
-		if l == nil {
-			s.sendMu.Unlock()
-			s.backlog.pushFront(c)
-			if !s.waitActive(ctx) {
-				return
-			}
-			continue
-		}
-		sctx, cancel := context.WithTimeout(ctx, sendTimeout)
-		err := l.sess.Send(sctx, realtime.Chunk{Audio: c.audio, Frames: c.frames, ForceListen: c.forceListen})
-		cancel()
-		s.sendMu.Unlock()
-		switch {
-		case err == nil:
-			s.sent.Add(1)
-			if n := len(c.frames); n > 0 {
-				s.frameSent(c.frames[n-1])
-			}
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, realtime.ErrClosed):
-			// The session ended under us: keep the chunk for the next one.
-			s.active.CompareAndSwap(l, nil)
-			s.backlog.pushFront(c)
-		case errors.Is(err, context.DeadlineExceeded):
-			// The link is behind: keep the chunk; the backlog bound drops the oldest if need be.
-			s.backlog.pushFront(c)
-		default:
-			s.log.Warn("agent: chunk not sent", "err", err)
-		}
-	}
-}
-
-// waitActive waits until a session is active (polling is fine: it only runs while disconnected).
-func (s *Supervisor) waitActive(ctx context.Context) bool {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for s.active.Load() == nil {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-	}
-	return true
-}
-
-// backoff returns the wait before attempt n (1-based): full jitter on an exponential ceiling.
-func (s *Supervisor) backoff(n int) time.Duration {
-	ceil := float64(s.cfg.BackoffMin) * math.Pow(2, float64(n-1))
-	if ceil > float64(s.cfg.BackoffMax) {
-		ceil = float64(s.cfg.BackoffMax)
-	}
-	return time.Duration(s.rng.Float64() * ceil)
 }
 
 // carryOver builds the next session's instructions: the base prompt plus a bounded summary of the

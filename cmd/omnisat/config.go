@@ -214,6 +214,8 @@ func (c *fileConfig) validate() error {
 		errs = append(errs, c.Server.Validate())
 	}
 	errs = append(errs, c.Session.Validate(), c.Audio.Validate(), c.Camera.validate(), c.MQTT.Validate())
+	// Across sections: sessions started with this prompt must be useful before their rollover.
+	errs = append(errs, c.Session.CheckContext(c.Server.Instructions))
 	if c.Server.Mode == realtime.ModeChat {
 		errs = append(errs, errors.New("server.mode: chat is for one-off requests (omnisat chat); the agent needs video or audio"))
 	}

@@ -1,0 +1,603 @@
+package agent_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/omnisat/omnisat/agent"
+	"github.com/omnisat/omnisat/realtime"
+	"github.com/omnisat/omnisat/realtime/realtimetest"
+)
+
+// The agent heals from every fault and never spins: these tests drive it against misbehaving
+// servers and assert from the simulator's records (sessions, waits between them, audio).
+
+// gaps returns the waits between consecutive connections.
+func gaps(recs []realtimetest.SessionRecord) []time.Duration {
+	var g []time.Duration
+	for i := 1; i < len(recs); i++ {
+		g = append(g, recs[i].ConnectedAt.Sub(recs[i-1].ConnectedAt))
+	}
+	return g
+}
+
+// A server that ends every session as soon as it is created (with a "normal" reason) meets
+// growing waits, never a reconnect storm: each new session follows a backoff at least as long
+// as the one before, up to backoff_max, and no dial comes before the time the status announced.
+func TestFlappingServerBacksOff(t *testing.T) {
+	for _, reason := range []string{"timeout", "backend_error"} {
+		t.Run(reason, func(t *testing.T) {
+			h := newHarness(t, setup{
+				sim: realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultClose, Reason: reason}}},
+				cfg: agent.Config{BackoffMin: 100 * time.Millisecond, BackoffMax: 800 * time.Millisecond},
+			})
+			var announced []time.Time
+			var waits []time.Duration
+			for len(announced) < 6 {
+				st := h.waitFor("reconnecting", 10*time.Second, isState(agent.StateReconnecting)).(agent.StateChanged).Status
+				announced = append(announced, st.NextAttempt)
+				waits = append(waits, st.NextAttempt.Sub(st.Since))
+			}
+			if err := h.sim.WaitSessions(context.Background(), 7); err != nil {
+				t.Fatal(err)
+			}
+			h.stop()
+			recs := h.sim.Sessions()[:7]
+			g := gaps(recs)
+			t.Logf("%s: announced waits %v; between sessions %v", reason, waits, g)
+			for i, at := range announced {
+				if recs[i+1].ConnectedAt.Before(at) {
+					t.Errorf("session %d dialled %v before its announced time", i+1, at.Sub(recs[i+1].ConnectedAt))
+				}
+			}
+			for i, w := range g {
+				if w < 100*time.Millisecond {
+					t.Errorf("session %d came %v after the one before: shorter than backoff_min", i+1, w)
+				}
+			}
+			// Waits are drawn from [c/2, c] with c doubling from 200 ms up to 800 ms: never
+			// shorter than half the one before, the later ones ≥ backoff_max/2.
+			for i, w := range waits {
+				if i > 0 && w < waits[i-1]/2 {
+					t.Errorf("wait %d: %v after %v: shrinking", i, w, waits[i-1])
+				}
+				if i >= 2 && w < 400*time.Millisecond {
+					t.Errorf("wait %d: %v; from the third on they reach backoff_max/2", i, w)
+				}
+			}
+			if st := h.sup.Status(); st.SessionsLost < 6 || st.Reconnects < 6 {
+				t.Errorf("status counts %d lost sessions and %d reconnects, want ≥ 6", st.SessionsLost, st.Reconnects)
+			}
+		})
+	}
+}
+
+// While stuck (every attempt refused), the agent says what is wrong once and then counts: one
+// reconnect event and one audio_dropped event, however many attempts.
+func TestStuckSaysItOnce(t *testing.T) {
+	h := newHarness(t, setup{
+		sim: realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultRefuse}}},
+		cfg: agent.Config{BackoffMin: 20 * time.Millisecond, BackoffMax: 40 * time.Millisecond, ReconnectBuffer: 500 * time.Millisecond},
+	})
+	if err := h.sim.WaitSessions(context.Background(), 12); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	kinds := map[string]int{}
+	for drained := false; !drained; {
+		select {
+		case ev, ok := <-h.events:
+			if !ok {
+				drained = true
+				break
+			}
+			h.log = append(h.log, ev)
+		default:
+			drained = true
+		}
+	}
+	for _, ev := range h.log {
+		if lc, ok := ev.(agent.Lifecycle); ok {
+			kinds[lc.Kind]++
+		}
+	}
+	st := h.sup.Status()
+	t.Logf("%d attempts: events %v; %d chunks dropped", len(h.sim.Sessions()), kinds, st.ChunksDropped)
+	if kinds["reconnect"] != 1 || kinds["audio_dropped"] != 1 {
+		t.Errorf("events %v over %d attempts: want one reconnect and one audio_dropped", kinds, len(h.sim.Sessions()))
+	}
+	if st.ChunksDropped == 0 || st.Reconnects < 11 {
+		t.Errorf("status %d chunks dropped, %d reconnects: the counting goes on", st.ChunksDropped, st.Reconnects)
+	}
+}
+
+// Rollovers back off as reconnects do: with a prompt that fills the context as soon as a
+// session starts (a combination New refuses, forced here), sessions do not storm.
+func TestRolloverStormBacksOff(t *testing.T) {
+	prompt := strings.Repeat("You are a very verbose assistant. ", 90) // ~3000 characters: ~750 tokens
+	cfg := agent.Config{ContextLimit: 1024, ContextMargin: 200, BackoffMin: 100 * time.Millisecond, BackoffMax: 800 * time.Millisecond}
+	if err := cfg.CheckContext(prompt); err == nil || !strings.Contains(err.Error(), "session.context_margin") {
+		t.Fatalf("CheckContext: %v", err)
+	}
+	h := newHarness(t, setup{unchecked: true, cfg: cfg, sim: realtimetest.Options{Workers: 2},
+		server: func(c *realtime.Config) { c.Init.Instructions = prompt }})
+	if err := h.sim.WaitSessions(context.Background(), 6); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	g := gaps(h.sim.Sessions()[:6])
+	t.Logf("waits between rollover sessions: %v", g)
+	for i, w := range g {
+		if w < 100*time.Millisecond {
+			t.Errorf("session %d opened %v after the one before: shorter than backoff_min", i+1, w)
+		}
+	}
+	if g[len(g)-1] < 400*time.Millisecond {
+		t.Errorf("waits %v do not grow toward backoff_max", g)
+	}
+}
+
+// Nothing heard while stopped, or between a stop and the next start, leaves the device.
+func TestStopStartSendsNothingFromTheStop(t *testing.T) {
+	audio := ramp(16000 * 60)
+	audio[0] = 1.0 / (1 << 24) // no sample is 0: a zero can only be silence the agent made
+	h := newHarness(t, setup{audio: audio})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(300 * time.Millisecond)
+	h.sup.Stop()
+	h.waitFor("idle", 5*time.Second, isState(agent.StateIdle))
+	time.Sleep(700 * time.Millisecond) // ~3 s of audio at 4× speed, more than reconnect_buffer
+	startedAt := h.source.Captured()
+	h.sup.Start()
+	h.waitFor("listening again", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(300 * time.Millisecond)
+	h.stop()
+	recs := h.sim.Sessions()
+	if len(recs) != 2 {
+		t.Fatalf("%d sessions", len(recs))
+	}
+	second := recs[1].Audio
+	if len(second) == 0 {
+		t.Fatal("nothing reached the second session")
+	}
+	first := int64(second[0] * (1 << 24))
+	if first < startedAt {
+		t.Fatalf("the second session begins with sample %d, captured %.2f s before the start command (position %d)",
+			first, float64(startedAt-first)/16000, startedAt)
+	}
+	for i := 1; i < len(second); i++ {
+		if second[i] <= second[i-1] {
+			t.Fatalf("sample %d of the second session goes backwards", i)
+		}
+	}
+	h.noRejections()
+}
+
+// checkContiguous asserts that got is a run of consecutive ramp samples.
+func checkContiguous(t *testing.T, got []float32) {
+	t.Helper()
+	for i := 1; i < len(got); i++ {
+		if d := int((got[i] - got[i-1]) * (1 << 24)); d != 1 {
+			t.Fatalf("sample %d: step %d from the one before: audio was lost, repeated or reordered", i, d)
+		}
+	}
+}
+
+// After an unplanned gap, the audio kept meanwhile reaches the new session — not as a burst, but
+// at no more than catch_up_rate × real time — and nothing is lost or repeated.
+func TestReplayIsPacedAfterReconnect(t *testing.T) {
+	h := newHarness(t, setup{speed: 1, proxy: true, cfg: agent.Config{Chunk: 250 * time.Millisecond, ReconnectBuffer: 3 * time.Second, MaxLag: 30 * time.Second}})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(600 * time.Millisecond)
+	h.proxy.Refuse(true)
+	h.proxy.Cut()
+	h.waitFor("reconnecting", 5*time.Second, isState(agent.StateReconnecting))
+	time.Sleep(1500 * time.Millisecond)
+	h.proxy.Refuse(false)
+	h.waitFor("listening again", 10*time.Second, isState(agent.StateListening))
+	time.Sleep(3 * time.Second)
+	h.stop()
+	recs := h.sim.Sessions()
+	last := recs[len(recs)-1]
+	if len(last.Appends) < 8 {
+		t.Fatalf("%d chunks reached the new session", len(last.Appends))
+	}
+	checkContiguous(t, last.Audio)
+	// More than a second of audio waited for the new session …
+	if back := time.Since(h.source.Started()).Seconds() - float64(int(last.Audio[0]*(1<<24)))/16000; back < 1 {
+		t.Fatalf("the new session began with audio only %.2f s old", back)
+	}
+	// … and came at the catch-up rate.
+	checkRate(t, last.Appends)
+	h.noRejections()
+}
+
+// Muting silences what was captured before the mute and is still waiting to go out, and
+// everything captured while muted; unmuting lets the microphone through again.
+func TestMuteSilencesUnsentAudio(t *testing.T) {
+	var open atomic.Bool
+	open.Store(true)
+	h := newHarness(t, setup{speed: 4, cfg: agent.Config{MaxLag: 3 * time.Second},
+		dialWrap: slowDial(&open)})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(300 * time.Millisecond)
+	open.Store(false) // the link falls behind: chunks wait
+	time.Sleep(200 * time.Millisecond)
+	mutedAt := h.source.Captured()
+	h.sup.Mute(true)
+	time.Sleep(200 * time.Millisecond)
+	h.sup.Mute(false)
+	unmutedAt := h.source.Captured()
+	open.Store(true)
+	time.Sleep(500 * time.Millisecond)
+	h.stop()
+	got := h.received()
+	// The audio is a ramp: sample i is i/2^24 unless it was silenced. Every sample sent after the
+	// mute that was captured before the unmute must be silence; the rest is the ramp.
+	sentBefore := 0
+	for i, v := range got {
+		if v != 0 || i == 0 {
+			continue
+		}
+		sentBefore = i
+		break
+	}
+	if sentBefore == 0 {
+		t.Fatal("nothing was silenced")
+	}
+	silent, heard := 0, 0
+	for i, v := range got {
+		switch {
+		case v == 0 && i > 0:
+			silent++
+			if int64(i) >= unmutedAt+4000 {
+				t.Fatalf("sample %d captured after the unmute is silent", i)
+			}
+		default:
+			heard++
+			if int64(i) >= int64(sentBefore) && int64(i) < unmutedAt-4000 {
+				t.Fatalf("sample %d, captured before the unmute and sent after the mute, went out as heard", i)
+			}
+		}
+	}
+	t.Logf("mute at sample %d, unmute at %d; silenced from %d: %d samples silent", mutedAt, unmutedAt, sentBefore, silent)
+	// The link was stalled for ~0.8 s of audio before the mute: at least a chunk of it was
+	// still queued, and went out as silence.
+	if int64(sentBefore) > mutedAt-4000 {
+		t.Errorf("silence began at sample %d, at most a chunk before the mute at %d: the queued audio before it was sent as heard", sentBefore, mutedAt)
+	}
+}
+
+// On a one-worker server the overlap rollover's next session would wait behind the agent's own:
+// the agent notices the queue, leaves it, and rolls over sequentially — counted as rollovers, no
+// session reaching the server's limit, no audio lost or repeated.
+func TestRolloverOnOneWorkerServer(t *testing.T) {
+	// Generous buffers: audio is dropped by design when a busy machine falls behind; any loss
+	// here must be the rollover's.
+	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 1, QueueUpdateInterval: 100 * time.Millisecond, LateQueueLeave: true},
+		cfg: agent.Config{TimeLimit: 1200 * time.Millisecond, TimeMargin: 400 * time.Millisecond, ReconnectBuffer: 30 * time.Second, MaxLag: 30 * time.Second}})
+	for range 3 {
+		h.waitFor("rollover", 15*time.Second, isLifecycle("rollover"))
+	}
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(300 * time.Millisecond)
+	h.stop()
+	recs := h.sim.Sessions()
+	var served, queued []realtimetest.SessionRecord
+	for _, rec := range recs {
+		switch {
+		case len(rec.Appends) > 0:
+			served = append(served, rec)
+		case len(rec.QueuedPositions) > 0:
+			queued = append(queued, rec)
+		}
+	}
+	if len(queued) == 0 {
+		t.Fatal("no pre-opened session was ever queued: the test does not test the one-worker case")
+	}
+	var got []float32
+	for _, rec := range served {
+		got = append(got, rec.Audio...)
+	}
+	if !isRamp(got) {
+		h.explain()
+	}
+	checkRamp(t, got)
+	for _, rec := range served[:len(served)-1] {
+		if rec.CloseReason != "user_stop" || rec.EndReason == "timeout" {
+			t.Errorf("session %d ended %q (client said %q): it should have been rolled over", rec.Index, rec.EndReason, rec.CloseReason)
+		}
+	}
+	st := h.sup.Status()
+	if st.Rollovers < 3 || st.SessionsLost != 0 || st.ChunksDropped != 0 {
+		t.Errorf("status: %d rollovers, %d sessions lost, %d chunks dropped", st.Rollovers, st.SessionsLost, st.ChunksDropped)
+	}
+	t.Logf("%d sessions served, %d queued pre-opens left (only the first: later rollovers go sequentially)", len(served), len(queued))
+	if len(queued) > 1 {
+		t.Errorf("%d pre-opened sessions queued: after the first, rollovers should be sequential", len(queued))
+	}
+	if h.sim.Jammed() {
+		t.Error("the gateway handed its worker to the queued session the agent had left: jammed")
+	}
+	h.noRejections()
+}
+
+// Shutting down while a dial of ours waits in a one-worker gateway's queue behind our own
+// session leaves the queue first, and keeps the session's worker until the gateway (which reads
+// nothing from waiting clients) has noticed: the next client gets the worker.
+func TestShutdownWhileQueuedBehindOurselves(t *testing.T) {
+	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 1, QueueUpdateInterval: 500 * time.Millisecond, LateQueueLeave: true},
+		cfg: agent.Config{TimeLimit: 1200 * time.Millisecond, TimeMargin: 400 * time.Millisecond}})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if recs := h.sim.Sessions(); len(recs) > 1 && len(recs[1].QueuedPositions) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pre-opened session never queued")
+		}
+	}
+	h.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	next, err := realtime.Dial(ctx, realtime.Config{URL: h.sim.URL(), Mode: realtime.ModeAudio})
+	if err != nil {
+		t.Fatalf("the next client got no session: %v (jammed: %v)", err, h.sim.Jammed())
+	}
+	next.Close(context.Background(), "user_stop")
+	if h.sim.Jammed() {
+		t.Error("jammed")
+	}
+	recs := h.sim.Sessions()
+	if !recs[1].AssignedAt.IsZero() {
+		t.Errorf("the abandoned dial was given the worker")
+	}
+}
+
+// "queued position 1 of 1" is published as often as the server reports it, not more.
+func TestQueueReportedAsOftenAsTheServerSays(t *testing.T) {
+	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 1, QueueUpdateInterval: 50 * time.Millisecond}, noStart: true,
+		audio: slices.Concat(make([]float32, 16000), tone(16000, 0.3), make([]float32, 16000*30))})
+	other, err := realtime.Dial(context.Background(), realtime.Config{URL: h.sim.URL(), Mode: realtime.ModeAudio})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	h.waitFor("queued", 5*time.Second, isState(agent.StateQueued))
+	time.Sleep(1500 * time.Millisecond)
+	other.Close(context.Background(), "user_stop")
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	queuedEvents := 0
+	for _, ev := range h.log {
+		if sc, ok := ev.(agent.StateChanged); ok && sc.Status.State == agent.StateQueued {
+			queuedEvents++
+		}
+	}
+	reports := len(h.sim.Sessions()[1].QueuedPositions)
+	t.Logf("%d queue reports from the server, %d queued states published", reports, queuedEvents)
+	if queuedEvents > reports {
+		t.Errorf("%d queued states published for %d reports", queuedEvents, reports)
+	}
+}
+
+// blackHole stands between the agent and a real session: once closed, it accepts chunks and
+// forwards none; cut then ends the session as a dead link does, reporting the swallowed chunks
+// as undelivered (realtime's Closed.Undelivered), as the real client does for what the peer's
+// TCP stack never acknowledged.
+type blackHole struct {
+	realtime.Session
+	events chan realtime.Event
+	mu     sync.Mutex
+	closed bool
+	held   []uint64
+	cutC   chan struct{}
+}
+
+func newBlackHole(s realtime.Session) *blackHole {
+	b := &blackHole{Session: s, events: make(chan realtime.Event, 256), cutC: make(chan struct{})}
+	go func() {
+		defer close(b.events)
+		in := s.Events()
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					return
+				}
+				b.events <- ev
+			case <-b.cutC:
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				s.Close(ctx, "user_stop")
+				cancel()
+				b.mu.Lock()
+				held := slices.Clone(b.held)
+				b.mu.Unlock()
+				b.events <- realtime.Closed{Undelivered: held, Err: &realtime.Error{Class: realtime.ClassRetryable,
+					Code: realtime.CodeDeadLink, Message: "test: the link is dead"}}
+				return
+			}
+		}
+	}()
+	return b
+}
+
+func (b *blackHole) Send(ctx context.Context, c realtime.Chunk) error {
+	b.mu.Lock()
+	if b.closed {
+		b.held = append(b.held, c.ID)
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
+	return b.Session.Send(ctx, c)
+}
+
+func (b *blackHole) Events() <-chan realtime.Event { return b.events }
+
+func (b *blackHole) swallow() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+}
+
+func (b *blackHole) swallowed() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.held)
+}
+
+// A dead link: what the lost session accepted but the server never got is sent again, first, in
+// the next session, so the server gets every sample once; chunks_sent counts only what arrived.
+func TestUndeliveredAudioIsSentAgain(t *testing.T) {
+	var holes []*blackHole
+	var mu sync.Mutex
+	h := newHarness(t, setup{speed: 2, cfg: agent.Config{Chunk: 250 * time.Millisecond, ReconnectBuffer: 30 * time.Second, MaxLag: 30 * time.Second},
+		dialWrap: func(d agent.DialFunc) agent.DialFunc {
+			return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+				s, err := d(ctx, cfg)
+				if err != nil {
+					return nil, err
+				}
+				b := newBlackHole(s)
+				mu.Lock()
+				holes = append(holes, b)
+				mu.Unlock()
+				return b, nil
+			}
+		}})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	first := holes[0]
+	mu.Unlock()
+	first.swallow()
+	for deadline := time.Now().Add(5 * time.Second); first.swallowed() < 4 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(first.cutC)
+	ended := h.waitFor("session_ended", 10*time.Second, isLifecycle("session_ended")).(agent.Lifecycle)
+	h.waitFor("a new session", 10*time.Second, func(ev agent.Event) bool {
+		sc, ok := ev.(agent.StateChanged)
+		return ok && sc.Status.State == agent.StateListening && sc.Status.SessionID != ended.SessionID
+	})
+	// Wait until the new session has caught up with a second of audio captured after it began.
+	target := h.source.Captured() + 16000
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if recs := h.sim.Sessions(); len(recs) == 2 && len(recs[1].Audio) > 0 && int64(recs[1].Audio[len(recs[1].Audio)-1]*(1<<24)) >= target {
+			break
+		}
+	}
+	h.stop()
+	recs := h.sim.Sessions()
+	if len(recs) != 2 || len(recs[1].Audio) == 0 {
+		t.Fatalf("%d sessions; the last received %d samples", len(recs), len(recs[len(recs)-1].Audio))
+	}
+	t.Logf("%d chunks swallowed; the first session received %.2f s, the second began at %.2f s", first.swallowed(),
+		float64(len(recs[0].Audio))/16000, float64(recs[1].Audio[0]*(1<<24))/16000)
+	checkRamp(t, h.received())
+	appends := len(recs[0].Appends) + len(recs[1].Appends)
+	if st := h.sup.Status(); st.ChunksSent > uint64(appends) || st.ChunksSent+2 < uint64(appends) || st.ChunksDropped != 0 {
+		t.Errorf("chunks_sent %d, chunks_dropped %d; the server received %d chunks", st.ChunksSent, st.ChunksDropped, appends)
+	}
+	h.noRejections()
+}
+
+// ageSession records how old each chunk's newest sample was when Send accepted it.
+type ageSession struct {
+	realtime.Session
+	start func() time.Time
+	speed float64
+	mu    *sync.Mutex
+	ages  *[]time.Duration
+}
+
+func (s ageSession) Send(ctx context.Context, c realtime.Chunk) error {
+	err := s.Session.Send(ctx, c)
+	if err == nil && len(c.Audio) > 0 && c.Audio[len(c.Audio)-1] != 0 {
+		last := float64(c.Audio[len(c.Audio)-1] * (1 << 24))
+		captured := s.start().Add(time.Duration((last + 1) / 16000 / s.speed * float64(time.Second)))
+		s.mu.Lock()
+		*s.ages = append(*s.ages, time.Since(captured))
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// max_lag holds end to end: a link that falls behind never gets audio older than max_lag, even
+// a chunk that was waiting for room when it grew too old.
+func TestNothingOlderThanMaxLagIsSent(t *testing.T) {
+	var open atomic.Bool
+	open.Store(true)
+	var mu sync.Mutex
+	var ages []time.Duration
+	var h *harness
+	h = newHarness(t, setup{speed: 1, noStart: true, cfg: agent.Config{Chunk: 250 * time.Millisecond, MaxLag: 500 * time.Millisecond},
+		dialWrap: func(d agent.DialFunc) agent.DialFunc {
+			slow := slowDial(&open)(d)
+			return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+				s, err := slow(ctx, cfg)
+				if err != nil {
+					return nil, err
+				}
+				// The gate sits outside the age record: a chunk is "sent" when the real Send took it.
+				return slowSession{ageSession{s.(slowSession).Session, func() time.Time { return h.source.Started() }, 1, &mu, &ages}, &open}, nil
+			}
+		}})
+	h.start()
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	time.Sleep(700 * time.Millisecond)
+	open.Store(false)
+	time.Sleep(3 * time.Second)
+	open.Store(true)
+	time.Sleep(1200 * time.Millisecond)
+	h.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ages) < 4 {
+		t.Fatalf("only %d chunks sent", len(ages))
+	}
+	worst := slices.Max(ages)
+	t.Logf("%d chunks; oldest when sent: %v", len(ages), worst)
+	// A Send that waits for room gives up when the chunk reaches max_lag (a chunk used to wait
+	// the whole second of the sender's timeout, and again); half a second covers the gate's
+	// polling and a busy machine.
+	if worst > 500*time.Millisecond+500*time.Millisecond {
+		t.Errorf("a chunk %v old was sent; max_lag is 500ms", worst)
+	}
+	if st := h.sup.Status(); st.ChunksDropped == 0 {
+		t.Error("nothing dropped although the link stood still for 1.5 s")
+	}
+}
+
+// The state loop sleeps when nothing is due: an idle on_demand agent and a live session with
+// nothing playing and its rollover minutes away fire no timer; a reply that plays wakes it once
+// when the playback ends.
+func TestNothingDueNoTimer(t *testing.T) {
+	h := newHarness(t, setup{cfg: agent.Config{Policy: agent.PolicyOnDemand}})
+	time.Sleep(time.Second)
+	if n := agent.TimerWakesForTest(h.sup); n != 0 {
+		t.Errorf("idle on_demand agent: %d timer wake-ups in a second", n)
+	}
+	h.sup.Start()
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	before := agent.TimerWakesForTest(h.sup)
+	time.Sleep(time.Second)
+	if n := agent.TimerWakesForTest(h.sup) - before; n != 0 {
+		t.Errorf("live session, nothing due: %d timer wake-ups in a second", n)
+	}
+	h.stop()
+
+	// A reply plays: the state follows the playback through one deadline at its end.
+	audio := slices.Concat(make([]float32, 4000), tone(16000, 0.3), make([]float32, 16000*30))
+	h = newHarness(t, setup{audio: audio, speed: 1, sim: realtimetest.Options{ForceListenCount: -1}})
+	h.waitFor("speaking", 10*time.Second, isState(agent.StateSpeaking))
+	before = agent.TimerWakesForTest(h.sup)
+	h.waitFor("listening after the reply", 10*time.Second, isState(agent.StateListening))
+	if n := agent.TimerWakesForTest(h.sup) - before; n < 1 || n > 10 {
+		t.Errorf("%d timer wake-ups for the end of one reply's playback", n)
+	}
+}

@@ -1,0 +1,300 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/omnisat/omnisat/realtime"
+)
+
+// captureLoop reads the microphone, cuts chunks and queues them. It runs whether or not a session
+// is live, so audio captured while connecting can be kept. It takes whatever block the source
+// delivers (one device period: one wake-up; at most 100 ms, and never past the chunk's end) and
+// works through it in 20 ms steps for voice detection, barge-in and frame sampling.
+func (s *Supervisor) captureLoop(ctx context.Context) error {
+	chunkSamples := durationToSamples(s.cfg.Chunk)
+	if n := s.server.AudioFrameSamples(); n > 0 {
+		// OpenVoice's VAD judges each frame whole: send it small frames as they are captured.
+		chunkSamples = n
+	}
+	framesEvery := 0
+	if s.server.Mode == realtime.ModeVideo && s.cfg.FramesPerChunk > 0 {
+		framesEvery = chunkSamples / s.cfg.FramesPerChunk
+	}
+	vad := newEnergyVAD(s.cfg.VADThreshold)
+	var barge *energyVAD
+	wasRising, holdOpen := false, false
+	preRoll := max(0, realtime.MinChunkSamples-durationToSamples(s.cfg.BargeIn.MinSpeech))
+	if *s.cfg.BargeIn.Enabled {
+		barge = newBargeInVAD(s.cfg.BargeIn)
+	}
+	buf := make([]float32, readBlock)
+	var seq uint64
+	cur := make([]float32, 0, chunkSamples)
+	var frames [][]byte
+	nextFrameAt := framesEvery
+	var curEpoch, curMute uint64
+	newChunk := func() {
+		cur, frames, nextFrameAt = make([]float32, 0, chunkSamples), nil, framesEvery
+	}
+	queue := func(audio []float32, force bool) {
+		seq++
+		s.queueChunk(chunk{seq: seq, audio: audio, frames: frames, forceListen: force, epoch: curEpoch, muteEpoch: curMute}, framesEvery)
+	}
+	for {
+		epoch, mute, wasMuted := s.epoch.Load(), s.muteEpoch.Load(), s.muted.Load()
+		// Never ask past the chunk's end: a source that waits to fill the buffer then hands the
+		// chunk over the moment its last sample is captured.
+		want := readBlock
+		if room := chunkSamples - len(cur); room > 0 {
+			want = min(want, room)
+		}
+		n, err := s.audio.Read(ctx, buf[:want])
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.EOF) {
+				return io.EOF
+			}
+			return fmt.Errorf("read audio: %w", err)
+		}
+		block := buf[:n]
+		s.captured.Add(int64(n))
+		if s.epoch.Load() != epoch {
+			// Stopped or started while this block was being captured: part of it was heard
+			// while switched off, so none of it is kept.
+			continue
+		}
+		// Muted at any time while this block was captured: it goes as silence.
+		if m := s.muteEpoch.Load(); m != mute || wasMuted || s.muted.Load() {
+			clear(block)
+			mute = m
+		}
+		for len(block) > 0 {
+			// Audio from before a stop is never sent; audio from before a mute goes as silence.
+			if len(cur) == 0 || epoch != curEpoch {
+				if len(cur) > 0 {
+					newChunk()
+				}
+				curEpoch, curMute = epoch, mute
+			} else if mute != curMute {
+				clear(cur)
+				curMute = mute
+			}
+			// Never step past the chunk boundary: every chunk holds exactly chunkSamples,
+			// except one held open while speech may be starting (below).
+			step := min(captureStep, len(block))
+			if room := chunkSamples - len(cur); room > 0 {
+				step = min(step, room)
+			}
+			got := block[:step]
+			block = block[step:]
+			if speaking, changed := vad.process(got); changed {
+				s.speech.Store(speaking)
+				select {
+				case s.speechCh <- speaking:
+				default:
+				}
+			}
+			if barge != nil {
+				// The user talks over the model's speech: stop it (the signal is echo-cancelled
+				// upstream, so the model's own voice does not count).
+				playing := s.active.Load() != nil && s.speaker.Pending() > 0
+				speaking, changed := barge.process(got)
+				rising := barge.v.Rising()
+				// Speech may be starting: end the chunk just before it (keeping preRoll of the
+				// audio before the onset for the next chunk), so that when the minimum speech
+				// confirms it the chunk holding the onset is about as long as a server accepts and
+				// carries force_listen at once, instead of after whatever the chunk held before.
+				if rising && !wasRising && playing && len(cur) >= realtime.MinChunkSamples {
+					at := max(realtime.MinChunkSamples, len(cur)-preRoll)
+					rest := cur[at:]
+					queue(slices.Clip(cur[:at]), false)
+					newChunk()
+					cur = append(cur, rest...)
+				}
+				wasRising = rising
+				holdOpen = rising && playing
+				if changed && speaking && playing {
+					s.log.Info("agent: barge-in: the user speaks over the reply")
+					s.bus.publish(Lifecycle{Kind: "barge_in", At: s.now()})
+					s.Interrupt()
+				}
+			}
+			cur = append(cur, got...)
+			if framesEvery > 0 && len(cur) >= nextFrameAt {
+				if s.cameraOn.Load() {
+					if f, ok := s.frames.Latest(); ok {
+						frames = append(frames, f)
+					}
+				}
+				nextFrameAt += framesEvery
+			}
+			// While speech may be starting over the model's speech, the chunk holding its onset
+			// stays open (for at most the minimum speech) so that it, not a chunk begun after the
+			// onset, carries the force_listen.
+			cut := len(cur) >= chunkSamples && !holdOpen
+			force := false
+			if s.interrupt.Load() && len(cur) >= realtime.MinChunkSamples {
+				cut, force = true, true
+				s.interrupt.Store(false)
+			}
+			if cut {
+				queue(cur, force)
+				newChunk()
+			}
+		}
+	}
+}
+
+// queueChunk puts the captured audio (and frames) on the backlog.
+func (s *Supervisor) queueChunk(c chunk, framesEvery int) {
+	c.captured = s.now()
+	if len(c.frames) == 0 && framesEvery > 0 && s.cameraOn.Load() {
+		if f, ok := s.frames.Latest(); ok { // interrupt cut before the first frame point
+			c.frames = [][]byte{f}
+		}
+	}
+	if dropped := s.backlog.push(c); dropped > 0 {
+		why := "link behind: dropped the oldest audio"
+		if s.active.Load() == nil {
+			why = "no session: keeping only the newest audio"
+		}
+		s.announceDrop(why)
+	}
+}
+
+// announceDrop says once per episode that audio is being dropped (logged and published); the
+// rest of the episode is only counted (chunks_dropped, audio_dropped_s).
+func (s *Supervisor) announceDrop(why string) {
+	if s.dropping.CompareAndSwap(false, true) {
+		queued, chunks, samples := s.backlog.stats()
+		s.log.Warn("agent: audio dropped; counting until it stops", "why", why, "queued", queued,
+			"dropped_chunks", chunks, "dropped_s", float64(samples)/inputRate)
+		s.bus.publish(Lifecycle{Kind: "audio_dropped", At: s.now(), Reason: why})
+	}
+}
+
+// sendLoop feeds the active session with queued chunks, oldest first, at the pace they are
+// captured (queued audio at most catch_up_rate × real time). A chunk that cannot be sent goes
+// back into the queue. It sleeps while no session is active.
+func (s *Supervisor) sendLoop(ctx context.Context) {
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
+	var last *live // the session the last chunk went to
+	keep := durationToSamples(s.gapBuffer())
+	for {
+		if s.active.Load() == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.activeCh:
+			}
+			continue
+		}
+		c, ok := s.backlog.pop(ctx)
+		if !ok {
+			return
+		}
+		if c.epoch != s.epoch.Load() {
+			continue // captured before a stop: never sent
+		}
+		// Catching up: wait until capture has advanced far enough — by the clock (real time on a
+		// device) or sooner, when the next chunk is queued.
+		for wait := s.pacer.wait(s.captured.Load(), len(c.audio)); wait > 0; wait = s.pacer.wait(s.captured.Load(), len(c.audio)) {
+			hold.Reset(wait)
+			select {
+			case <-ctx.Done():
+				hold.Stop()
+				return
+			case <-hold.C:
+			case <-s.backlog.ready:
+				hold.Stop()
+			}
+		}
+		s.sendMu.Lock()
+		l := s.active.Load()
+		if l == nil {
+			s.sendMu.Unlock()
+			s.backlog.requeue(c)
+			continue
+		}
+		if l != last {
+			// A new session: what queued up for it is caught up at the rate from now on.
+			last = l
+			s.pacer.restart(s.captured.Load())
+			if s.pacer.wait(s.captured.Load(), len(c.audio)) > 0 {
+				s.sendMu.Unlock()
+				s.backlog.requeue(c)
+				continue
+			}
+		}
+		now := s.now()
+		if c.epoch != s.epoch.Load() {
+			s.sendMu.Unlock()
+			continue
+		}
+		limit := s.lag.at(now)
+		if now.Sub(c.captured) > limit {
+			s.sendMu.Unlock()
+			s.backlog.drop(c)
+			s.announceDrop(fmt.Sprintf("link behind: audio older than %v dropped", limit.Round(time.Millisecond)))
+			continue
+		}
+		if c.muteEpoch != s.muteEpoch.Load() {
+			clear(c.audio) // muted since it was captured
+		}
+		// A Send that waits for room gives up when the chunk grows too old to be worth it.
+		sctx, cancel := context.WithDeadline(ctx, minTime(now.Add(sendTimeout), c.captured.Add(limit)))
+		err := l.sess.Send(sctx, realtime.Chunk{ID: c.seq, Audio: c.audio, Frames: c.frames, ForceListen: c.forceListen})
+		cancel()
+		if err == nil {
+			l.sentChunk(c, keep)
+			s.pacer.take(len(c.audio))
+		}
+		s.sendMu.Unlock()
+		switch {
+		case err == nil:
+			if n := len(c.frames); n > 0 {
+				s.frameSent(c.frames[n-1])
+			}
+			if queued, _, _ := s.backlog.stats(); queued == 0 {
+				s.dropping.Store(false) // caught up: the next drop is news
+			}
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, realtime.ErrClosed):
+			// The session ended under us: keep the chunk for the next one.
+			s.active.CompareAndSwap(l, nil)
+			s.backlog.requeue(c)
+		case errors.Is(err, context.DeadlineExceeded):
+			// The link is behind: keep the chunk; it is dropped if it grows too old.
+			s.backlog.requeue(c)
+		default:
+			s.backlog.drop(c)
+			s.log.Warn("agent: chunk not sent", "err", err)
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// backoff returns the wait before the n-th consecutive new attempt (n ≥ 1): drawn from
+// [c/2, c] with c = min(backoff_max, backoff_min·2ⁿ), so that waits never shrink along a run of
+// failures and the shortest is backoff_min.
+func (s *Supervisor) backoff(n int) time.Duration {
+	ceil := float64(s.cfg.BackoffMin) * math.Pow(2, float64(min(max(n, 1), 62)))
+	ceil = min(ceil, float64(s.cfg.BackoffMax))
+	return time.Duration(ceil/2 + s.rng.Float64()*ceil/2)
+}
