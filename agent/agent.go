@@ -95,6 +95,10 @@ type Status struct {
 	ChunksSent     uint64  `json:"chunks_sent"`
 	ChunksDropped  uint64  `json:"chunks_dropped"`
 	SecondsDropped float64 `json:"audio_dropped_s"`
+	// ServerDroppedS is audio the server's flow control dropped after it arrived (OpenVoice
+	// session.frames_dropped); RateLimits counts its requests to slow down (session.rate_limit).
+	ServerDroppedS float64 `json:"server_audio_dropped_s"`
+	RateLimits     int64   `json:"server_rate_limits"`
 	// BytesUp and BytesDown count the WebSocket traffic of every session so far.
 	BytesUp   uint64 `json:"bytes_up"`
 	BytesDown uint64 `json:"bytes_down"`

@@ -54,11 +54,13 @@ type live struct {
 	says []*pendingSay // OpenVoice tts.speak requests waiting for tts.speaking_end, oldest first
 }
 
-// pendingSay is a Say on an OpenVoice session: it succeeds when the speech has been synthesised
-// (tts.speaking_end), fails on an error before that, when the session ends, or at its deadline.
+// pendingSay is a Say on an OpenVoice session: it succeeds when its request's speech has been
+// synthesised (tts.speaking_end not cancelled), fails when it is cancelled (tts.cancel, a newer
+// say, the session's end), on an error before its speech starts, or at its deadline.
 type pendingSay struct {
 	id, text string
-	started  bool // tts.speaking_start seen
+	request  string // the tts.speak request_id its TTSState events carry
+	started  bool   // tts.speaking_start seen
 	deadline *time.Timer
 }
 
@@ -141,6 +143,24 @@ func (a *attempt) queueReport(q realtime.QueueStatus, now time.Time) {
 	}
 }
 
+// episodeQuiet is how long without a repeat ends an episode of a recurring complaint: the next
+// one is news again.
+const episodeQuiet = time.Minute
+
+// episode coalesces a recurring event: the first of a session, or the first after episodeQuiet
+// without one, is news (logged, published); the rest are only counted. It needs no timer: the
+// quiet is measured when the next one comes.
+type episode struct {
+	session string
+	last    time.Time
+}
+
+func (e *episode) news(lv *live, now time.Time) bool {
+	fresh := e.session != lv.id || e.last.IsZero() || now.Sub(e.last) >= episodeQuiet
+	e.session, e.last = lv.id, now
+	return fresh
+}
+
 type dialResult struct {
 	a    *attempt
 	sess realtime.Session
@@ -183,10 +203,12 @@ type loop struct {
 	// no session of ours closes before (see attempt.noticedBy).
 	queueLeft  time.Time
 	lastActive time.Time // last speech either way (idle timeout)
-	history    []Utterance
-	reconnects int // attempts after the first since start
-	rollovers  int
-	lost       int // sessions that ended without being asked to
+	// The server's flow-control complaints, said once per episode and counted.
+	dropEpisode, rateEpisode episode
+	history                  []Utterance
+	reconnects               int // attempts after the first since start
+	rollovers                int
+	lost                     int // sessions that ended without being asked to
 }
 
 func newLoop(s *Supervisor, ctx context.Context) *loop {
@@ -865,15 +887,22 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		if !ev.Speaking && lv.resampler != nil && lv == l.cur {
 			s.speaker.Play(lv.resampler.Flush(nil)) // the tail the filter held back
 		}
-		l.ttsState(lv, ev.Speaking)
+		l.ttsState(lv, ev)
 		l.updatePlayback()
 	case realtime.FramesDropped:
-		s.log.Warn("agent: the server dropped audio (it was sent faster than it takes)", "dropped", ev.Dropped)
-		s.bus.publish(Lifecycle{Kind: "audio_dropped", SessionID: lv.id, At: s.now(),
-			Reason: fmt.Sprintf("the server dropped %v of audio: %s", ev.Dropped, ev.Message)})
+		s.serverDropped.Add(int64(ev.Dropped))
+		if l.dropEpisode.news(lv, s.now()) {
+			s.log.Warn("agent: the server drops audio (it was sent faster than it takes); counting until it stops",
+				"dropped", ev.Dropped, "message", ev.Message)
+			s.bus.publish(Lifecycle{Kind: "audio_dropped", SessionID: lv.id, At: s.now(),
+				Reason: fmt.Sprintf("the server dropped %v of audio: %s", ev.Dropped, ev.Message)})
+		}
 	case realtime.RateLimit:
-		// The session already holds its audio back as asked.
-		s.log.Debug("agent: the server asks to slow down", "delay", ev.Delay)
+		// The session already holds its audio back as asked: count it, say it once.
+		s.rateLimits.Add(1)
+		if l.rateEpisode.news(lv, s.now()) {
+			s.log.Info("agent: the server asks to slow down; counting until it stops", "delay", ev.Delay, "message", ev.Message)
+		}
 	case realtime.ErrorEvent:
 		s.log.Warn("agent: server problem (session continues)", "err", ev.Err)
 		s.bus.publish(Lifecycle{Kind: "error", SessionID: lv.id, Reason: ev.Err.Error(), At: s.now()})
@@ -1266,46 +1295,58 @@ func (l *loop) speakOpenVoice(id, text, voice string) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
-	_, err := l.cur.sess.Speak(ctx, realtime.Speech{Text: text, Voice: voice})
+	request, err := l.cur.sess.Speak(ctx, realtime.Speech{Text: text, Voice: voice})
 	cancel()
 	if err != nil {
 		s.bus.publish(Answer{ID: id, Error: err.Error()})
 		return
 	}
 	lv := l.cur
-	p := &pendingSay{id: id, text: text}
+	p := &pendingSay{id: id, text: text, request: request}
 	p.deadline = time.AfterFunc(turnTimeout, func() {
 		s.do(func(l *loop) { l.sayTimedOut(lv, p) })
 	})
 	lv.says = append(lv.says, p)
 }
 
-// ttsState follows tts.speaking_start/end for the oldest pending say.
-func (l *loop) ttsState(lv *live, speaking bool) {
-	if len(lv.says) == 0 {
+// ttsState follows tts.speaking_start/end by request id: another request's events are not a
+// say's. The server runs one synthesis at a time and a newer tts.speak cancels the one running,
+// so when a request's events come, every say sent before it that is still waiting has been
+// superseded, whether or not its speech had begun.
+func (l *loop) ttsState(lv *live, ev realtime.TTSState) {
+	i := slices.IndexFunc(lv.says, func(p *pendingSay) bool { return p.request == ev.RequestID })
+	if i < 0 {
 		return
 	}
+	for _, p := range lv.says[:i] {
+		p.deadline.Stop()
+		l.s.bus.publish(Answer{ID: p.id, Error: "the speech was cancelled by a newer say"})
+	}
+	lv.says = lv.says[i:]
 	p := lv.says[0]
-	if speaking {
+	if ev.Speaking {
 		p.started = true
 		return
 	}
-	if !p.started {
-		return // the end of something spoken before this request
-	}
 	lv.says = lv.says[1:]
 	p.deadline.Stop()
+	if ev.Cancelled {
+		l.s.bus.publish(Answer{ID: p.id, Error: "the speech was cancelled before it was complete"})
+		return
+	}
 	l.s.bus.publish(Answer{ID: p.id, Text: p.text})
 }
 
 // sayFailed: a server error while a say waits for its speech to start is that say's failure
-// (a failed synthesis gives only an error).
+// (a failed synthesis gives only an error, and carries no request id): the newest say not yet
+// speaking is the request the server just refused.
 func (l *loop) sayFailed(lv *live, msg string) {
-	if len(lv.says) == 0 || lv.says[0].started {
+	i := len(lv.says) - 1
+	if i < 0 || lv.says[i].started {
 		return
 	}
-	p := lv.says[0]
-	lv.says = lv.says[1:]
+	p := lv.says[i]
+	lv.says = lv.says[:i]
 	p.deadline.Stop()
 	l.s.bus.publish(Answer{ID: p.id, Error: "the server refused the speech: " + msg})
 }

@@ -60,7 +60,8 @@ func TestOpenVoiceSmallFramesAndTTSRate(t *testing.T) {
 }
 
 // A link that sends faster than real time (here the microphone itself runs at 8×) meets the
-// server's flow control: the audio it drops is reported as lost.
+// server's flow control: the audio it drops and its requests to slow down are counted in the
+// status; the drops are said once (one audio_dropped event), not once per dropped frame.
 func TestOpenVoiceServerDropsAudio(t *testing.T) {
 	h := newHarness(t, setup{speed: 8, sim: realtimetest.Options{Dialect: realtimetest.OpenVoice}})
 	ev := h.waitFor("audio_dropped", 20*time.Second, func(ev agent.Event) bool {
@@ -68,8 +69,91 @@ func TestOpenVoiceServerDropsAudio(t *testing.T) {
 		return ok && lc.Kind == "audio_dropped" && strings.Contains(lc.Reason, "server")
 	})
 	t.Log(ev.(agent.Lifecycle).Reason)
-	recs := h.sim.Sessions()
-	if recs[len(recs)-1].DroppedFrames == 0 || !slices.Contains(recs[len(recs)-1].Sent, "session.frames_dropped") {
-		t.Fatal("the server dropped nothing")
+	// Until the server has dropped a good many frames and the agent has counted them.
+	const many = 20
+	for deadline := time.Now().Add(60 * time.Second); h.sup.Status().ServerDroppedS < many*0.04 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
 	}
+	st := h.sup.Status()
+	h.stop()
+	recs := h.sim.Sessions()
+	rec := recs[len(recs)-1]
+	limits := 0
+	for _, typ := range rec.Sent {
+		if typ == "session.rate_limit" {
+			limits++
+		}
+	}
+	t.Logf("server: %d frames dropped, %d rate limits; status: %.2f s dropped, %d rate limits",
+		rec.DroppedFrames, limits, st.ServerDroppedS, st.RateLimits)
+	if st.ServerDroppedS < many*0.04 || st.ServerDroppedS > float64(rec.DroppedFrames)*0.04+1e-9 {
+		t.Errorf("status counts %.2f s dropped by the server; it dropped %d frames of 40 ms", st.ServerDroppedS, rec.DroppedFrames)
+	}
+	if st.RateLimits < 1 || st.RateLimits > int64(limits) {
+		t.Errorf("status counts %d rate limits; the server sent %d", st.RateLimits, limits)
+	}
+	announced := 0
+	h.mu.Lock()
+	for _, ev := range h.log {
+		if lc, ok := ev.(agent.Lifecycle); ok && lc.Kind == "audio_dropped" && strings.Contains(lc.Reason, "server") {
+			announced++
+		}
+	}
+	h.mu.Unlock()
+	for drained := false; !drained; {
+		select {
+		case ev, open := <-h.events:
+			drained = !open
+			if lc, ok := ev.(agent.Lifecycle); ok && lc.Kind == "audio_dropped" && strings.Contains(lc.Reason, "server") {
+				announced++
+			}
+		default:
+			drained = true
+		}
+	}
+	if announced != 1 || len(recs) != 1 {
+		t.Errorf("%d audio_dropped events from the server's drops in %d sessions, want one: said once, then counted", announced, len(recs))
+	}
+}
+
+func isAnswer(id string) func(agent.Event) bool {
+	return func(ev agent.Event) bool { a, ok := ev.(agent.Answer); return ok && a.ID == id }
+}
+
+// A say follows its own request: a newer say cancels the running synthesis on the server (its
+// tts.speaking_end says cancelled), which fails the older say rather than reporting it spoken;
+// the newer one succeeds by its own request's end. An interrupt's tts.cancel fails the say too.
+func TestOpenVoiceSayFollowsItsRequest(t *testing.T) {
+	long := strings.Repeat("word ", 40) // 10 s of the simulator's voice, synthesised in 20 s
+	h := newHarness(t, setup{audio: make([]float32, 16000*120), speed: 1,
+		sim: realtimetest.Options{Dialect: realtimetest.OpenVoice, OpenVoiceSynthesisSpeed: 0.5}})
+	h.waitFor("listening", 10*time.Second, isState(agent.StateListening))
+	h.sup.Say("s1", long, agent.TurnOptions{})
+	h.waitFor("speaking", 10*time.Second, isState(agent.StateSpeaking))
+	h.sup.Say("s2", "hello there", agent.TurnOptions{})
+	a1 := h.waitFor("answer s1", 10*time.Second, isAnswer("s1")).(agent.Answer)
+	if a1.Error == "" || !strings.Contains(a1.Error, "cancel") {
+		t.Errorf("s1, cancelled by s2 on the server, was answered %+v: want a failure that says it was cancelled", a1)
+	}
+	a2 := h.waitFor("answer s2", 20*time.Second, isAnswer("s2")).(agent.Answer)
+	if a2.Error != "" || a2.Text != "hello there" {
+		t.Errorf("s2 %+v: want spoken", a2)
+	}
+
+	h.sup.Say("s3", long, agent.TurnOptions{})
+	h.waitFor("speaking", 10*time.Second, isState(agent.StateSpeaking))
+	h.sup.Interrupt()
+	a3 := h.waitFor("answer s3", 10*time.Second, isAnswer("s3")).(agent.Answer)
+	if a3.Error == "" {
+		t.Errorf("s3, interrupted, was answered %+v: want a failure", a3)
+	}
+	recs := h.sim.Sessions()
+	var outcomes []string
+	for _, r := range recs[len(recs)-1].TTSRequests {
+		outcomes = append(outcomes, r.Outcome)
+	}
+	if !slices.Equal(outcomes, []string{"cancelled", "spoken", "cancelled"}) {
+		t.Errorf("the server's record of the requests: %v, want cancelled, spoken, cancelled", outcomes)
+	}
+	h.noRejections()
 }

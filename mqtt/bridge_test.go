@@ -137,13 +137,19 @@ func TestTopicsAndPayloads(t *testing.T) {
 		t.Errorf("answers %v", ans)
 	}
 
-	// Stats.
-	stats := w.waitFor(p+"stats", wait, nil).json(t)
+	// Stats, with the server's flow control counted.
+	fa.mu.Lock()
+	fa.status.ServerDroppedS, fa.status.RateLimits = 1.25, 3
+	fa.mu.Unlock()
+	stats := w.waitFor(p+"stats", wait, jsonField(t, "server_rate_limits", float64(3))).json(t)
 	for _, k := range []string{"uptime_s", "session_age_s", "kv_cache_length", "reconnects", "rollovers", "chunks_sent", "chunks_dropped",
 		"outbox_pending", "outbox_dropped", "outbox_write_errors", "cpu_s", "rss_bytes", "bytes_up", "bytes_down"} {
 		if _, ok := stats[k]; !ok {
 			t.Errorf("stats has no %q: %v", k, stats)
 		}
+	}
+	if stats["server_audio_dropped_s"] != 1.25 {
+		t.Errorf("stats server_audio_dropped_s %v, want the agent's 1.25", stats["server_audio_dropped_s"])
 	}
 
 	// Clean shutdown: offline, retained.

@@ -133,14 +133,17 @@ type answerStreamPayload struct {
 
 // statsPayload is <prefix>/stats.
 type statsPayload struct {
-	UptimeS        float64  `json:"uptime_s"`
-	SessionAgeS    float64  `json:"session_age_s"`
-	KVCacheLength  int      `json:"kv_cache_length"`
-	Reconnects     int      `json:"reconnects"`
-	Rollovers      int      `json:"rollovers"`
-	ChunksSent     uint64   `json:"chunks_sent"`
-	ChunksDropped  uint64   `json:"chunks_dropped"`
-	AudioDroppedS  float64  `json:"audio_dropped_s"`
+	UptimeS       float64 `json:"uptime_s"`
+	SessionAgeS   float64 `json:"session_age_s"`
+	KVCacheLength int     `json:"kv_cache_length"`
+	Reconnects    int     `json:"reconnects"`
+	Rollovers     int     `json:"rollovers"`
+	ChunksSent    uint64  `json:"chunks_sent"`
+	ChunksDropped uint64  `json:"chunks_dropped"`
+	AudioDroppedS float64 `json:"audio_dropped_s"`
+	// The server's flow control (OpenVoice): audio it dropped, and its requests to slow down.
+	ServerDroppedS float64  `json:"server_audio_dropped_s"`
+	RateLimits     int64    `json:"server_rate_limits"`
 	EventsDropped  *uint64  `json:"events_dropped,omitempty"`
 	OutboxPending  int      `json:"outbox_pending"`
 	OutboxBytes    int64    `json:"outbox_bytes"`
