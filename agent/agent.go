@@ -147,6 +147,11 @@ type Utterance struct {
 	// Language and Duration of the user's speech, where the server reports them (OpenVoice).
 	Language string
 	Duration time.Duration
+	// Confidence is the server's 0..1 confidence in the user's final transcript (0: not said).
+	Confidence float64
+	// Segment numbers the user's speech segments within the session (OpenVoice segment_id): the
+	// partials of a phrase and its final share one.
+	Segment int
 }
 
 // VoiceActivity is someone starting or stopping to speak, as heard by the local detector

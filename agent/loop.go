@@ -873,7 +873,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		}
 	case realtime.Transcript:
 		u := Utterance{Role: "user", Text: ev.Text, SessionID: lv.id, End: s.now(), Partial: !ev.Final,
-			Language: ev.Language, Duration: ev.Duration}
+			Language: ev.Language, Duration: ev.Duration, Confidence: ev.Confidence, Segment: ev.SegmentID}
 		u.Start = u.End.Add(-ev.Duration)
 		if ev.Final {
 			l.remember(u)

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -154,6 +155,46 @@ func TestOpenVoiceSayFollowsItsRequest(t *testing.T) {
 	}
 	if !slices.Equal(outcomes, []string{"cancelled", "spoken", "cancelled"}) {
 		t.Errorf("the server's record of the requests: %v, want cancelled, spoken, cancelled", outcomes)
+	}
+	h.noRejections()
+}
+
+// The user's words as the server transcribed them: the final's language, the speech's length
+// (end_ms − start_ms: the server sends no duration), its confidence and its segment reach the
+// Utterance; the partials before it carry the same segment.
+func TestOpenVoiceTranscriptFields(t *testing.T) {
+	audio := slices.Concat(make([]float32, 8000), tone(16000, 0.3), make([]float32, 16000*5), tone(24000, 0.3), make([]float32, 16000*20))
+	h := newHarness(t, setup{audio: audio, speed: 1, sim: realtimetest.Options{Dialect: realtimetest.OpenVoice},
+		server: func(c *realtime.Config) { c.Init.Language = "de" }})
+	var finals, partials []agent.Utterance
+	for len(finals) < 2 {
+		u := h.waitFor("user transcript", 20*time.Second, func(ev agent.Event) bool {
+			u, ok := ev.(agent.Utterance)
+			return ok && u.Role == "user"
+		}).(agent.Utterance)
+		if u.Partial {
+			partials = append(partials, u)
+		} else {
+			finals = append(finals, u)
+		}
+	}
+	for i, u := range finals {
+		var heard float64
+		if _, err := fmt.Sscanf(u.Text, "heard %g seconds", &heard); err != nil {
+			t.Fatalf("final %q: %v", u.Text, err)
+		}
+		want := time.Duration(heard * float64(time.Second))
+		if u.Language != "de" || u.Duration != want || u.Confidence != 0.93 || u.Segment != i || u.End.Sub(u.Start) != want {
+			t.Errorf("final %d %+v: want language de, duration %v (= end − start), confidence 0.93, segment %d", i, u, want, i)
+		}
+	}
+	if len(partials) == 0 {
+		t.Fatal("no partial transcripts")
+	}
+	for _, u := range partials {
+		if u.Segment > 1 || u.Language != "" || u.Duration != 0 {
+			t.Errorf("partial %+v: want segment 0 or 1, no language or duration", u)
+		}
 	}
 	h.noRejections()
 }

@@ -83,7 +83,7 @@ func TestTopicsAndPayloads(t *testing.T) {
 	fa.emit(agent.Utterance{Role: "user", Text: "speech 0.5s", SessionID: "sess-1", Partial: true})
 	fa.emit(agent.Utterance{Role: "assistant", Text: "Hello there", SessionID: "sess-1", Start: start, End: start.Add(2 * time.Second)})
 	fa.emit(agent.Utterance{Role: "user", Text: "Hola", SessionID: "sess-1", Start: start, End: start.Add(1500 * time.Millisecond),
-		Language: "es", Duration: 1500 * time.Millisecond})
+		Language: "es", Duration: 1500 * time.Millisecond, Confidence: 0.87, Segment: 2})
 	trs := w.waitCount(p+"transcript", 2, wait)
 	tr, user := trs[0].json(t), trs[1].json(t)
 	ids := map[any]bool{}
@@ -100,8 +100,8 @@ func TestTopicsAndPayloads(t *testing.T) {
 	if fmt.Sprint(tr) != fmt.Sprint(want) {
 		t.Errorf("transcript %v, want %v", tr, want)
 	}
-	if user["event_type"] != "user" || user["language"] != "es" || user["duration_s"] != 1.5 {
-		t.Errorf("user transcript %v: want its language and duration", user)
+	if user["event_type"] != "user" || user["language"] != "es" || user["duration_s"] != 1.5 || user["confidence"] != 0.87 || user["segment_id"] != float64(2) {
+		t.Errorf("user transcript %v: want its language, duration, confidence and segment", user)
 	}
 	parts := w.waitCount(p+"transcript/partial", 3, wait)
 	if parts[1].json(t)["text"] != "Hello there" || parts[2].json(t)["role"] != "user" {
