@@ -84,6 +84,8 @@ type setup struct {
 	// unchecked skips the configuration's range checks (minutes compressed into milliseconds).
 	unchecked bool
 	chatWrap  func(agent.ChatFunc) agent.ChatFunc
+	// speakerWrap stands between the agent and the harness's speaker.
+	speakerWrap func(agent.Speaker) agent.Speaker
 }
 
 func newHarness(t testing.TB, su setup) *harness {
@@ -143,7 +145,11 @@ func newHarness(t testing.TB, su setup) *harness {
 	if su.unchecked {
 		newSupervisor = agent.NewUnchecked
 	}
-	sup, err := newSupervisor(agent.Options{Config: cfg, Server: server, Audio: h.source, Speaker: h.speaker, Frames: su.frames,
+	var speaker agent.Speaker = h.speaker
+	if su.speakerWrap != nil {
+		speaker = su.speakerWrap(speaker)
+	}
+	sup, err := newSupervisor(agent.Options{Config: cfg, Server: server, Audio: h.source, Speaker: speaker, Frames: su.frames,
 		Dial: dial, Chat: chat, Rand: rand.New(rand.NewPCG(1, 2)), Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -679,6 +685,91 @@ func TestInterrupt(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("no chunk with force_listen reached the server")
+}
+
+// playLog is a speaker that remembers every sample handed to it, in order.
+type playLog struct {
+	agent.Speaker
+	mu     sync.Mutex
+	played []float32
+}
+
+func (p *playLog) Play(samples []float32) {
+	p.mu.Lock()
+	p.played = append(p.played, samples...)
+	p.mu.Unlock()
+	p.Speaker.Play(samples)
+}
+
+func (p *playLog) all() []float32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.played)
+}
+
+// An interrupted reply stops at once: what the server still streams of the interrupted turn
+// after the force_listen (real gateways go on for a while) is not played, and the next turn
+// plays again. Tried with each way a server ends a spoken turn.
+func TestInterruptDropsTheRestOfTheTurn(t *testing.T) {
+	// The reply's samples say where they are in it: (i+1)/2^20, exact in float32.
+	reply := make([]float32, 24000*8)
+	for i := range reply {
+		reply[i] = float32(i+1) / (1 << 20)
+	}
+	user := slices.Concat(make([]float32, 4000), tone(16000, 0.3), make([]float32, 16000*6))
+	audio := slices.Concat(user, user, make([]float32, 16000*30))
+	for _, c := range []struct {
+		name    string
+		dialect realtimetest.Dialect
+		done    bool
+	}{{"current", realtimetest.Current, false}, {"current-response.done", realtimetest.Current, true}, {"legacy", realtimetest.Legacy, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			spk := &playLog{}
+			h := newHarness(t, setup{audio: audio, speed: 1,
+				sim:         realtimetest.Options{Dialect: c.dialect, ForceListenCount: -1, Reply: reply, InterruptLag: 3, DuplexDone: c.done},
+				cfg:         agent.Config{BargeIn: agent.BargeInConfig{Enabled: new(bool)}},
+				speakerWrap: func(s agent.Speaker) agent.Speaker { spk.Speaker = s; return spk }})
+			h.waitFor("speaking", 10*time.Second, isState(agent.StateSpeaking))
+			h.sup.Interrupt()
+			// Until the second reply (to the second phrase) has begun to play.
+			var played []float32
+			for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				played = spk.all()
+				if i := slices.IndexFunc(played, func(v float32) bool { return v == reply[0] }); i >= 0 && slices.Contains(played[i+1:], reply[0]) {
+					break
+				}
+			}
+			h.stop()
+			rec := h.sim.Sessions()[0]
+			if len(rec.Interrupts) == 0 {
+				t.Fatal("no interrupt reached the server")
+			}
+			cut := rec.Interrupts[0]
+			if cut >= len(reply) || len(rec.ReplyAudio) < cut+3*24000 {
+				t.Fatalf("the server sent %d reply samples, interrupted at %d: the test needs a reply that goes on after it", len(rec.ReplyAudio), cut)
+			}
+			// Walk what was played: the first reply up to the interrupt, then the next from its start.
+			late, turns := 0, 1
+			prev := float32(0)
+			for _, v := range played {
+				if v <= prev {
+					turns++
+				}
+				prev = v
+				if turns == 1 && int(math.Round(float64(v)*(1<<20)))-1 >= cut {
+					late++
+				}
+			}
+			t.Logf("interrupted at reply sample %d of %d sent; %d samples played in all, %d of them late, %d turns", cut, len(rec.ReplyAudio), len(played), late, turns)
+			if late > 0 {
+				t.Errorf("%d samples (%.2f s) of the interrupted reply sent after the interrupt were played", late, float64(late)/24000)
+			}
+			if turns < 2 {
+				t.Error("the next reply never played: the interrupted turn's drop did not end")
+			}
+			h.noRejections()
+		})
+	}
 }
 
 func TestOnDemandPolicy(t *testing.T) {

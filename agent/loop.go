@@ -44,8 +44,15 @@ type live struct {
 	counted    uint64 // delivered chunks already added to the totals
 	eventsDone bool   // its Events channel is closed
 
-	replyOpen  bool
-	replyText  strings.Builder
+	replyOpen bool
+	replyResp string // the response id of the newest reply delta ("" where the server sends none)
+	replyText strings.Builder
+	// An interrupted reply goes on arriving for a while (the server streams what it had
+	// generated): cutting drops its audio and text until the server ends that turn (listen, its
+	// end of turn, a TTS event) or a delta of another response begins the next; cutResp, the
+	// interrupted reply's id, keeps dropping its stragglers after that.
+	cutting    bool
+	cutResp    string
 	replyStart time.Time
 	lastDelta  time.Duration // duration of the newest reply audio delta
 	// resampler brings reply audio at another rate (OpenVoice's TTS rate) to the speaker's 24 kHz.
@@ -825,10 +832,11 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		l.sessionLost(lv, ev)
 	case realtime.Listen:
 		if lv == l.cur {
+			lv.cutting = false
 			l.onListen(lv)
 		}
 	case realtime.TextDelta:
-		if lv != l.cur {
+		if lv != l.cur || l.cut(lv, ev.ResponseID) {
 			return
 		}
 		l.openReply(lv)
@@ -836,7 +844,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		l.lastActive = s.now()
 		s.bus.publish(TextDelta{SessionID: lv.id, Text: ev.Text})
 	case realtime.AudioDelta:
-		if lv != l.cur || ev.SampleRate <= 0 {
+		if lv != l.cur || ev.SampleRate <= 0 || l.cut(lv, ev.ResponseID) {
 			return
 		}
 		l.openReply(lv)
@@ -845,6 +853,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		l.lastActive = s.now()
 	case realtime.TurnDone:
 		if lv == l.cur {
+			lv.cutting = false
 			l.finishReply(lv)
 		}
 	case realtime.MetricsUpdate:
@@ -884,6 +893,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 			s.bus.publish(VoiceActivity{Source: "server", Speaking: ev.Speaking, At: s.now()})
 		}
 	case realtime.TTSState:
+		lv.cutting = false // a synthesis ends (the cancelled one) or the next begins
 		if !ev.Speaking && lv.resampler != nil && lv == l.cur {
 			s.speaker.Play(lv.resampler.Flush(nil)) // the tail the filter held back
 		}
@@ -925,6 +935,22 @@ func (lv *live) toSpeakerRate(ev realtime.AudioDelta, log interface{ Warn(string
 		lv.resampler = r
 	}
 	return lv.resampler.Process(nil, ev.Samples)
+}
+
+// cut says whether a reply delta belongs to an interrupted reply, which is not played; a delta
+// of another response ends the cut: the server's next turn has begun.
+func (l *loop) cut(lv *live, resp string) bool {
+	if resp != "" && resp == lv.cutResp {
+		return true
+	}
+	if lv.cutting && (resp == "" || lv.cutResp == "") {
+		return true
+	}
+	lv.cutting = false
+	if resp != "" {
+		lv.replyResp = resp
+	}
+	return false
 }
 
 func (l *loop) openReply(lv *live) {
@@ -973,6 +999,12 @@ func (l *loop) onListen(lv *live) {
 func (l *loop) interrupted() {
 	if l.cur == nil {
 		return
+	}
+	if lv := l.cur; lv.replyOpen || l.s.speaker.Pending() > 0 {
+		// What the server still sends of this reply is not played, nor what arrived between
+		// the command's flush and now.
+		lv.cutting, lv.cutResp = true, lv.replyResp
+		l.s.speaker.FlushAfter(0)
 	}
 	if l.s.server.Dialect == realtime.DialectOpenVoice {
 		ctx, cancel := context.WithTimeout(l.ctx, time.Second)
