@@ -317,37 +317,109 @@ func TestAlwaysConnectsAndStreams(t *testing.T) {
 }
 
 // Chunks leave at the pace they are captured, never faster; what queued up before the session
-// was ready goes out at no more than catch_up_rate × real time.
+// was ready goes out at no more than catch_up_rate × what is captured meanwhile. Judged by
+// counts (what had been captured at each Send), not by arrival times, which a busy machine
+// scatters.
 func TestPacing(t *testing.T) {
-	h := newHarness(t, setup{speed: 1})
+	// The session is ready a second after the dial: that second's audio waits, then is caught up.
+	sends := sendLog{ready: time.Second}
+	h := newHarness(t, setup{speed: 1, noStart: true, dialWrap: sends.wrap})
+	sends.sup = h.sup
+	h.start()
 	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
-	for deadline := time.Now().Add(20 * time.Second); len(h.sim.Sessions()[0].Appends) < 8 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(20 * time.Second); len(h.sim.Sessions()[0].Appends) < 12 && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
 	h.stop()
 	rec := h.sim.Sessions()[0]
-	if len(rec.Appends) < 8 {
+	if len(rec.Appends) < 12 {
 		t.Fatalf("%d chunks in 20 s", len(rec.Appends))
 	}
-	checkRate(t, rec.Appends)
+	got := sends.all()
+	if len(got) < 12 || got[0].captured-got[0].first < 16000 {
+		t.Fatalf("%d sends recorded, the first with %d samples captured after its start: nothing to catch up", len(got), got[0].captured-got[0].first)
+	}
+	checkPace(t, got)
+	h.noRejections()
 }
 
-// checkRate applies the real rate limit (Macaw OpenVoice's): from half a second after a
-// session's first chunk on, the audio that followed it never exceeds 1.2× the time since. The
-// agent aims at 1.1 (catch_up_rate); the margin covers arrival times' jitter on a busy machine.
-func checkRate(t *testing.T, appends []realtimetest.AppendRecord) {
+// checkPace asserts the catch-up bound on one session's sends: the first chunk goes at once;
+// what follows it never runs ahead of 1.1 × what has been captured since the session's count
+// began (at its first chunk), and live audio goes only once captured. The real server's limit
+// is 1.2 × real time from its first frame.
+func checkPace(t *testing.T, sends []sendRecord) {
 	t.Helper()
-	audio := 0
-	for _, a := range appends[1:] {
-		audio += a.Samples
-		elapsed := a.At.Sub(appends[0].At)
-		if elapsed < 500*time.Millisecond {
-			continue
+	after, caughtUp := 0, -1
+	for i, sd := range sends[1:] {
+		after += sd.samples
+		if allowed := 1.1*float64(sd.captured-sd.start) + 1; float64(after) > allowed {
+			t.Fatalf("send %d: %d samples after the first chunk with %d captured since the session began: faster than 1.1× capture",
+				i+1, after, sd.captured-sd.start)
 		}
-		if rate := float64(audio) / 16000 / elapsed.Seconds(); rate > 1.2 {
-			t.Fatalf("%.2f s of audio arrived %v after the first chunk: %.2f× real time", float64(audio)/16000, elapsed, rate)
+		if sd.first+sd.samples > sd.captured {
+			t.Fatalf("send %d holds audio up to sample %d, but only %d were captured", i+1, sd.first+sd.samples, sd.captured)
+		}
+		if caughtUp < 0 && sd.captured-(sd.first+sd.samples) < 4000 {
+			caughtUp = i + 1
 		}
 	}
+	t.Logf("the first chunk went %.2f s after its capture; live again from send %d of %d", float64(sends[0].captured-sends[0].first)/16000, caughtUp, len(sends))
+}
+
+// lastSession returns the sends of the newest session (the pacer restarts its count for each).
+func (l *sendLog) lastSession() []sendRecord {
+	all := l.all()
+	i := len(all)
+	for i > 0 && all[i-1].start == all[len(all)-1].start {
+		i--
+	}
+	return all[i:]
+}
+
+// sendLog records every chunk the agent hands to its session: where its audio begins in the
+// source (ramp audio), what had been captured then, and where the pacer began counting.
+type sendLog struct {
+	sup   *agent.Supervisor
+	ready time.Duration // how long each session takes to be ready after its dial
+	mu    sync.Mutex
+	sends []sendRecord
+}
+
+type sendRecord struct{ first, samples, captured, start int }
+
+func (l *sendLog) wrap(d agent.DialFunc) agent.DialFunc {
+	return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+		s, err := d(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		time.Sleep(l.ready)
+		return loggedSession{s, l}, nil
+	}
+}
+
+func (l *sendLog) all() []sendRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.sends)
+}
+
+type loggedSession struct {
+	realtime.Session
+	log *sendLog
+}
+
+// Send runs on the agent's sender, which owns the pacer.
+func (s loggedSession) Send(ctx context.Context, c realtime.Chunk) error {
+	start, captured := agent.PaceForTest(s.log.sup)
+	r := sendRecord{samples: len(c.Audio), captured: int(captured), start: int(start)}
+	if len(c.Audio) > 0 {
+		r.first = int(math.Round(float64(c.Audio[0]) * (1 << 24)))
+	}
+	s.log.mu.Lock()
+	s.log.sends = append(s.log.sends, r)
+	s.log.mu.Unlock()
+	return s.Session.Send(ctx, c)
 }
 
 func TestQueueStates(t *testing.T) {

@@ -191,7 +191,11 @@ func checkContiguous(t *testing.T, got []float32) {
 // After an unplanned gap, the audio kept meanwhile reaches the new session — not as a burst, but
 // at no more than catch_up_rate × real time — and nothing is lost or repeated.
 func TestReplayIsPacedAfterReconnect(t *testing.T) {
-	h := newHarness(t, setup{speed: 1, proxy: true, cfg: agent.Config{Chunk: 250 * time.Millisecond, ReconnectBuffer: 3 * time.Second, MaxLag: 30 * time.Second}})
+	var sends sendLog
+	h := newHarness(t, setup{speed: 1, proxy: true, noStart: true, dialWrap: sends.wrap,
+		cfg: agent.Config{Chunk: 250 * time.Millisecond, ReconnectBuffer: 3 * time.Second, MaxLag: 30 * time.Second}})
+	sends.sup = h.sup
+	h.start()
 	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
 	time.Sleep(600 * time.Millisecond)
 	h.proxy.Refuse(true)
@@ -213,7 +217,7 @@ func TestReplayIsPacedAfterReconnect(t *testing.T) {
 		t.Fatalf("the new session began with audio only %.2f s old", back)
 	}
 	// … and came at the catch-up rate.
-	checkRate(t, last.Appends)
+	checkPace(t, sends.lastSession())
 	h.noRejections()
 }
 
