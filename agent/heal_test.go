@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/omnisat/omnisat/agent"
 	"github.com/omnisat/omnisat/realtime"
@@ -78,7 +79,9 @@ func TestFlappingServerBacksOff(t *testing.T) {
 }
 
 // While stuck (every attempt refused), the agent says what is wrong once and then counts: one
-// reconnect event and one audio_dropped event, however many attempts.
+// reconnect event and one audio_dropped event, however many attempts. On a loaded machine an
+// attempt can also fail otherwise (a dial that times out): that is another kind of failure,
+// said once too, and saying it does not make the refusal news again.
 func TestStuckSaysItOnce(t *testing.T) {
 	h := newHarness(t, setup{
 		sim: realtimetest.Options{Faults: []realtimetest.Fault{{Kind: realtimetest.FaultRefuse}}},
@@ -101,15 +104,31 @@ func TestStuckSaysItOnce(t *testing.T) {
 			drained = true
 		}
 	}
+	other := map[string]int{} // reconnect reasons other than the refusal, digits (ports) aside
 	for _, ev := range h.log {
 		if lc, ok := ev.(agent.Lifecycle); ok {
 			kinds[lc.Kind]++
+			if lc.Kind == "reconnect" && !strings.Contains(lc.Reason, "worker_busy") {
+				other[strings.Map(func(r rune) rune {
+					if unicode.IsDigit(r) {
+						return -1
+					}
+					return r
+				}, lc.Reason)]++
+			}
 		}
 	}
 	st := h.sup.Status()
-	t.Logf("%d attempts: events %v; %d chunks dropped", len(h.sim.Sessions()), kinds, st.ChunksDropped)
-	if kinds["reconnect"] != 1 || kinds["audio_dropped"] != 1 {
-		t.Errorf("events %v over %d attempts: want one reconnect and one audio_dropped", kinds, len(h.sim.Sessions()))
+	t.Logf("%d attempts: events %v; %d chunks dropped; other failures %v", len(h.sim.Sessions()), kinds, st.ChunksDropped, other)
+	refusals := kinds["reconnect"] - len(other)
+	for reason, n := range other {
+		refusals -= n - 1
+		if n > 1 {
+			t.Errorf("%q said %d times", reason, n)
+		}
+	}
+	if refusals != 1 || kinds["audio_dropped"] != 1 {
+		t.Errorf("events %v over %d attempts: want one reconnect for the refusal and one audio_dropped", kinds, len(h.sim.Sessions()))
 	}
 	if st.ChunksDropped == 0 || st.Reconnects < 11 {
 		t.Errorf("status %d chunks dropped, %d reconnects: the counting goes on", st.ChunksDropped, st.Reconnects)

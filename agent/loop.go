@@ -198,7 +198,10 @@ type loop struct {
 	attempted   bool                  // a session was dialled since start: later dials are reconnects
 	failures    int                   // consecutive failures (dials, sessions that ended before they were useful)
 	retryAt     time.Time             // the next attempt after a failure
-	lastReason  string                // the failure last announced: say it once, then count
+	lastReason  string                // the configuration error last announced: say it once, then count
+	// announced holds the kinds of failure said in the current run of failures (see
+	// failureKind): each is said once, then counted.
+	announced map[string]bool
 	// rolloverNotBefore holds the next rollover back after one that came too soon (backoff).
 	rolloverNotBefore time.Time
 	// rolloverSince is when a sequential rollover became due (it waits for a listening moment).
@@ -383,6 +386,7 @@ func (l *loop) begin(reason string, keepPreRoll bool) {
 	}
 	l.want, l.stopped, l.attempted = true, false, false
 	l.failures, l.lastReason = 0, ""
+	clear(l.announced)
 	s.backlog.counting(true)
 	s.backlog.setLimit(durationToSamples(s.gapBuffer()))
 	s.log.Info("agent: session wanted", "reason", reason)
@@ -660,7 +664,7 @@ func (l *loop) handleDial(dr dialResult) {
 		if realtime.ClassOf(dr.err) == realtime.ClassConfig {
 			if rollover { // the old session still works: keep it, try again slowly
 				l.rolloverNotBefore = s.now().Add(l.configRetryWait())
-				l.announce(dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_at", l.rolloverNotBefore)
+				l.announce(failureKind(dr.err, dr.err.Error()), dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_at", l.rolloverNotBefore)
 				return
 			}
 			l.configError(dr.err)
@@ -670,10 +674,10 @@ func (l *loop) handleDial(dr dialResult) {
 		if rollover {
 			wait := s.backoff(l.failures)
 			l.rolloverNotBefore = s.now().Add(wait)
-			l.announce(dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_in", wait)
+			l.announce(failureKind(dr.err, dr.err.Error()), dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_in", wait)
 			return
 		}
-		l.scheduleRetry(dr.err.Error())
+		l.scheduleRetry(failureKind(dr.err, dr.err.Error()), dr.err.Error())
 		return
 	}
 	lv := l.adopt(dr.sess)
@@ -742,17 +746,34 @@ func (l *loop) activate(lv *live) {
 	s.bus.publish(Lifecycle{Kind: "session_started", SessionID: lv.id, At: now})
 }
 
-// announce logs a failure at warning level the first time it is seen in a row, then at debug
-// level: a device stuck for hours says what is wrong once, and counts.
-func (l *loop) announce(reason, msg string, args ...any) bool {
+// announce logs a failure at warning level the first time its kind is seen in a run of
+// failures, then at debug level: a device stuck for hours says what is wrong once, and counts,
+// also when two problems alternate (a busy server and a dial that times out).
+func (l *loop) announce(kind, reason, msg string, args ...any) bool {
 	args = append(args, "reason", reason, "failures", l.failures)
-	if reason == l.lastReason {
+	if l.announced[kind] || len(l.announced) >= maxAnnounced {
 		l.s.log.Debug(msg, args...)
 		return false
 	}
-	l.lastReason = reason
+	if l.announced == nil {
+		l.announced = map[string]bool{}
+	}
+	l.announced[kind] = true
 	l.s.log.Warn(msg, args...)
 	return true
+}
+
+// maxAnnounced bounds the kinds of failure said in one run; past it the rest are counted only.
+const maxAnnounced = 16
+
+// failureKind names a failure by what went wrong, not by its words: a dial error's message
+// holds the local port, which differs on every attempt.
+func failureKind(err error, reason string) string {
+	var e *realtime.Error
+	if errors.As(err, &e) && e.Code != "" {
+		return fmt.Sprintf("%v/%s", e.Class, e.Code)
+	}
+	return reason
 }
 
 func (l *loop) configRetryWait() time.Duration {
@@ -777,12 +798,12 @@ func (l *loop) configError(err error) {
 	s.setState(StateError, msg, func(st *Status) { l.clearSession(st); st.LastError, st.NextAttempt = msg, at })
 }
 
-func (l *loop) scheduleRetry(reason string) {
+func (l *loop) scheduleRetry(kind, reason string) {
 	s := l.s
 	wait := s.backoff(l.failures)
 	at := s.now().Add(wait)
 	l.retryAt = at
-	if l.announce(reason, "agent: reconnecting", "wait", wait) {
+	if l.announce(kind, reason, "agent: reconnecting", "wait", wait) {
 		s.bus.publish(Lifecycle{Kind: "reconnect", Reason: reason, At: s.now()})
 	}
 	s.setState(StateReconnecting, reason, func(st *Status) {
@@ -802,6 +823,7 @@ func (l *loop) judge(lv *live) bool {
 		if lv.healthy {
 			l.failures = 0
 			l.lastReason = "" // the next failure is news
+			clear(l.announced)
 		} else {
 			l.failures++
 		}
@@ -1073,7 +1095,7 @@ func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 		l.connect(false)
 	default:
 		l.failures = max(l.failures, 1)
-		l.scheduleRetry(reason)
+		l.scheduleRetry(failureKind(err, reason), reason)
 	}
 }
 
@@ -1159,7 +1181,7 @@ func (l *loop) rollover(now time.Time) {
 	}
 	if !cur.judged && !l.judge(cur) {
 		l.rolloverNotBefore = later(l.rolloverNotBefore, now.Add(s.backoff(l.failures)))
-		l.announce("rollover too soon", "agent: the session needs its rollover before it was useful; holding the next one back",
+		l.announce("rollover too soon", "rollover too soon", "agent: the session needs its rollover before it was useful; holding the next one back",
 			"session", cur.id, "not_before", l.rolloverNotBefore)
 	}
 	if now.Before(l.rolloverNotBefore) {
