@@ -47,15 +47,19 @@ func TestOpenVoiceSmallFramesAndTTSRate(t *testing.T) {
 	if loud < 9500 || loud > 12500 {
 		t.Errorf("%d loud samples on the 24 kHz speaker, want about 10700 (0.5 s of speech)", loud)
 	}
-	recs := h.sim.Sessions()
-	rec := recs[len(recs)-1]
-	if len(rec.Appends) < 10 {
-		t.Fatalf("%d frames", len(rec.Appends))
-	}
-	for _, a := range rec.Appends[:len(rec.Appends)-1] {
-		if a.Samples != 640 {
-			t.Fatalf("a frame of %d samples: the server's VAD wants 40 ms frames", a.Samples)
+	// Every session's frames (a loaded machine may lose a session on the way), but the last of
+	// each, which a close may cut short.
+	frames := 0
+	for _, rec := range h.sim.Sessions() {
+		for i, a := range rec.Appends {
+			if a.Samples != 640 && i < len(rec.Appends)-1 {
+				t.Fatalf("a frame of %d samples: the server's VAD wants 40 ms frames", a.Samples)
+			}
+			frames++
 		}
+	}
+	if frames < 10 {
+		t.Fatalf("%d frames", frames)
 	}
 	h.noRejections()
 }
@@ -77,18 +81,24 @@ func TestOpenVoiceServerDropsAudio(t *testing.T) {
 	}
 	st := h.sup.Status()
 	h.stop()
+	// Over every session: a loaded machine may lose one on the way.
 	recs := h.sim.Sessions()
-	rec := recs[len(recs)-1]
-	limits := 0
-	for _, typ := range rec.Sent {
-		if typ == "session.rate_limit" {
-			limits++
+	limits, dropped, dropping := 0, 0, 0
+	for _, rec := range recs {
+		for _, typ := range rec.Sent {
+			if typ == "session.rate_limit" {
+				limits++
+			}
+		}
+		dropped += rec.DroppedFrames
+		if rec.DroppedFrames > 0 {
+			dropping++
 		}
 	}
-	t.Logf("server: %d frames dropped, %d rate limits; status: %.2f s dropped, %d rate limits",
-		rec.DroppedFrames, limits, st.ServerDroppedS, st.RateLimits)
-	if st.ServerDroppedS < many*0.04 || st.ServerDroppedS > float64(rec.DroppedFrames)*0.04+1e-9 {
-		t.Errorf("status counts %.2f s dropped by the server; it dropped %d frames of 40 ms", st.ServerDroppedS, rec.DroppedFrames)
+	t.Logf("server: %d frames dropped in %d of %d sessions, %d rate limits; status: %.2f s dropped, %d rate limits",
+		dropped, dropping, len(recs), limits, st.ServerDroppedS, st.RateLimits)
+	if st.ServerDroppedS < many*0.04 || st.ServerDroppedS > float64(dropped)*0.04+1e-9 {
+		t.Errorf("status counts %.2f s dropped by the server; it dropped %d frames of 40 ms", st.ServerDroppedS, dropped)
 	}
 	if st.RateLimits < 1 || st.RateLimits > int64(limits) {
 		t.Errorf("status counts %d rate limits; the server sent %d", st.RateLimits, limits)
@@ -112,8 +122,8 @@ func TestOpenVoiceServerDropsAudio(t *testing.T) {
 			drained = true
 		}
 	}
-	if announced != 1 || len(recs) != 1 {
-		t.Errorf("%d audio_dropped events from the server's drops in %d sessions, want one: said once, then counted", announced, len(recs))
+	if announced < 1 || announced > dropping {
+		t.Errorf("%d audio_dropped events from the server's drops in %d sessions with drops, want one a session: said once, then counted", announced, dropping)
 	}
 }
 
