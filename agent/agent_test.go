@@ -719,7 +719,9 @@ func TestPlannedRolloverLosesNothing(t *testing.T) {
 
 // Carry-over: the next session's instructions carry what was said.
 func TestCarryOver(t *testing.T) {
-	audio := slices.Concat(make([]float32, 16000), tone(16000, 0.3), make([]float32, 16000*30))
+	// The input lasts longer than the waits below may take on a loaded machine: its end would
+	// end the agent's run.
+	audio := slices.Concat(make([]float32, 16000), tone(16000, 0.3), make([]float32, 16000*180))
 	h := newHarness(t, setup{audio: audio, speed: 2, sim: realtimetest.Options{Workers: 2, ForceListenCount: -1},
 		cfg: agent.Config{TimeLimit: 4 * time.Second, TimeMargin: time.Second}})
 	h.waitFor("assistant utterance", 10*time.Second, func(ev agent.Event) bool {
@@ -1038,7 +1040,9 @@ func TestConfigValidate(t *testing.T) {
 // A long outage: only the newest reconnect_buffer of audio is kept and sent first; what could not
 // be kept is counted.
 func TestLongOutageKeepsNewest(t *testing.T) {
-	h := newHarness(t, setup{proxy: true, speed: 4, cfg: agent.Config{ReconnectBuffer: time.Second,
+	// max_lag is out of the way: this is about the reconnect buffer, and on a loaded machine a
+	// stall of the sender would otherwise drop (rightly) audio grown too old on the way.
+	h := newHarness(t, setup{proxy: true, speed: 4, cfg: agent.Config{ReconnectBuffer: time.Second, MaxLag: 30 * time.Second,
 		BackoffMin: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond}})
 	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
 	h.proxy.Refuse(true)
