@@ -799,15 +799,18 @@ func TestInterruptDropsTheRestOfTheTurn(t *testing.T) {
 	}{{"current", realtimetest.Current, false}, {"current-response.done", realtimetest.Current, true}, {"legacy", realtimetest.Legacy, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			spk := &playLog{}
+			// max_lag and the dead-link timeout are out of the way: on a loaded machine they
+			// would (rightly) drop the second phrase or the session this test needs.
 			h := newHarness(t, setup{audio: audio, speed: 1,
 				sim:         realtimetest.Options{Dialect: c.dialect, ForceListenCount: -1, Reply: reply, InterruptLag: 3, DuplexDone: c.done},
-				cfg:         agent.Config{BargeIn: agent.BargeInConfig{Enabled: new(bool)}},
+				cfg:         agent.Config{BargeIn: agent.BargeInConfig{Enabled: new(bool)}, MaxLag: 30 * time.Second},
+				server:      func(rc *realtime.Config) { rc.DeadLinkTimeout = 30 * time.Second },
 				speakerWrap: func(s agent.Speaker) agent.Speaker { spk.Speaker = s; return spk }})
 			h.waitFor("speaking", 10*time.Second, isState(agent.StateSpeaking))
 			h.sup.Interrupt()
 			// Until the second reply (to the second phrase) has begun to play.
 			var played []float32
-			for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				played = spk.all()
 				if i := slices.IndexFunc(played, func(v float32) bool { return v == reply[0] }); i >= 0 && slices.Contains(played[i+1:], reply[0]) {
 					break
@@ -839,7 +842,8 @@ func TestInterruptDropsTheRestOfTheTurn(t *testing.T) {
 				t.Errorf("%d samples (%.2f s) of the interrupted reply sent after the interrupt were played", late, float64(late)/24000)
 			}
 			if turns < 2 {
-				t.Error("the next reply never played: the interrupted turn's drop did not end")
+				t.Errorf("the next reply never played: the interrupted turn's drop did not end (the server sent %d reply samples, %d of them after the interrupted reply's %d)",
+					len(rec.ReplyAudio), len(rec.ReplyAudio)-min(len(rec.ReplyAudio), cut+3*24000), cut+3*24000)
 			}
 			h.noRejections()
 		})
