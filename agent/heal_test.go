@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -260,14 +261,16 @@ func TestMuteSilencesUnsentAudio(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	h.stop()
 	got := h.received()
-	// The audio is a ramp: sample i is i/2^24 unless it was silenced. Every sample sent after the
-	// mute that was captured before the unmute must be silence; the rest is the ramp.
+	// The audio is a ramp: a heard sample says where it was captured (its index in what arrived
+	// says so only while nothing was dropped: a loaded machine may drop stale chunks by
+	// max_lag). Every sample sent after the mute that was captured before the unmute must be
+	// silence; the rest is the ramp.
 	sentBefore := 0
 	for i, v := range got {
 		if v != 0 || i == 0 {
 			continue
 		}
-		sentBefore = i
+		sentBefore = int(math.Round(float64(got[i-1])*(1<<24))) + 1 // where the silence begins
 		break
 	}
 	if sentBefore == 0 {
@@ -278,13 +281,14 @@ func TestMuteSilencesUnsentAudio(t *testing.T) {
 		switch {
 		case v == 0 && i > 0:
 			silent++
+			// Its capture position is at least its index (drops only move audio earlier).
 			if int64(i) >= unmutedAt+4000 {
 				t.Fatalf("sample %d captured after the unmute is silent", i)
 			}
 		default:
 			heard++
-			if int64(i) >= int64(sentBefore) && int64(i) < unmutedAt-4000 {
-				t.Fatalf("sample %d, captured before the unmute and sent after the mute, went out as heard", i)
+			if pos := int64(math.Round(float64(v) * (1 << 24))); pos >= int64(sentBefore) && pos < unmutedAt-4000 {
+				t.Fatalf("sample %d (ramp sample %d), captured before the unmute and sent after the mute, went out as heard", i, pos)
 			}
 		}
 	}
