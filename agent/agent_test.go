@@ -86,6 +86,9 @@ type setup struct {
 	chatWrap  func(agent.ChatFunc) agent.ChatFunc
 	// speakerWrap stands between the agent and the harness's speaker.
 	speakerWrap func(agent.Speaker) agent.Speaker
+	// source replaces the paced ramp as the microphone; audioHold is Options.AudioHold.
+	source    agent.AudioSource
+	audioHold time.Duration
 }
 
 func newHarness(t testing.TB, su setup) *harness {
@@ -149,7 +152,11 @@ func newHarness(t testing.TB, su setup) *harness {
 	if su.speakerWrap != nil {
 		speaker = su.speakerWrap(speaker)
 	}
-	sup, err := newSupervisor(agent.Options{Config: cfg, Server: server, Audio: h.source, Speaker: speaker, Frames: su.frames,
+	var source agent.AudioSource = h.source
+	if su.source != nil {
+		source = su.source
+	}
+	sup, err := newSupervisor(agent.Options{Config: cfg, Server: server, Audio: source, AudioHold: su.audioHold, Speaker: speaker, Frames: su.frames,
 		Dial: dial, Chat: chat, Rand: rand.New(rand.NewPCG(1, 2)), Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)

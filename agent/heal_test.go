@@ -281,8 +281,10 @@ func TestMuteSilencesUnsentAudio(t *testing.T) {
 		switch {
 		case v == 0 && i > 0:
 			silent++
-			// Its capture position is at least its index (drops only move audio earlier).
-			if int64(i) >= unmutedAt+4000 {
+			// Its capture position is at least its index (drops only move audio earlier). A
+			// block read within the default AudioHold (100 ms) and its own length (≤ 100 ms)
+			// after the unmute may have been captured before it: silent too (at 4× speed).
+			if int64(i) >= unmutedAt+4000+16000*4/5 {
 				t.Fatalf("sample %d captured after the unmute is silent", i)
 			}
 		default:
@@ -626,5 +628,145 @@ func TestNothingDueNoTimer(t *testing.T) {
 	h.waitFor("listening after the reply", 10*time.Second, isState(agent.StateListening))
 	if n := agent.TimerWakesForTest(h.sup) - before; n < 1 || n > 10 {
 		t.Errorf("%d timer wake-ups for the end of one reply's playback", n)
+	}
+}
+
+// heldDevice is a microphone that captures a 100 ms block every 100 ms of real time and hands it
+// to the reader, unless the test holds them: then they pile up in its buffer, as in a device
+// with a long input buffer (or a driver that delivers late), and go to the reader as one block
+// at release.
+type heldDevice struct {
+	mu      sync.Mutex
+	ready   [][]float32
+	held    bool
+	pos     int // samples captured so far: sample i's value is ramp(i)
+	wake    chan struct{}
+	stopped chan struct{}
+}
+
+func newHeldDevice(t *testing.T) *heldDevice {
+	d := &heldDevice{wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+			case <-d.stopped:
+				return
+			}
+			d.mu.Lock()
+			block := make([]float32, 1600)
+			for i := range block {
+				block[i] = float32(d.pos+i) / (1 << 24)
+			}
+			d.pos += len(block)
+			if d.held && len(d.ready) > 0 {
+				d.ready[len(d.ready)-1] = append(d.ready[len(d.ready)-1], block...)
+			} else {
+				d.ready = append(d.ready, block)
+			}
+			d.mu.Unlock()
+			select {
+			case d.wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { close(d.stopped) })
+	return d
+}
+
+// hold keeps what is captured from now on until release.
+func (d *heldDevice) hold() {
+	d.mu.Lock()
+	d.held = true
+	d.ready = append(d.ready, nil)
+	d.mu.Unlock()
+}
+
+func (d *heldDevice) release() {
+	d.mu.Lock()
+	d.held = false
+	d.mu.Unlock()
+}
+
+func (d *heldDevice) captured() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pos
+}
+
+func (d *heldDevice) Read(ctx context.Context, p []float32) (int, error) {
+	for {
+		d.mu.Lock()
+		if len(d.ready) > 0 && !(d.held && len(d.ready) == 1) && len(d.ready[0]) > 0 {
+			n := copy(p, d.ready[0])
+			if d.ready[0] = d.ready[0][n:]; len(d.ready[0]) == 0 {
+				d.ready = d.ready[1:]
+			}
+			d.mu.Unlock()
+			return n, nil
+		}
+		if len(d.ready) > 0 && len(d.ready[0]) == 0 && !(d.held && len(d.ready) == 1) {
+			d.ready = d.ready[1:]
+			d.mu.Unlock()
+			continue
+		}
+		d.mu.Unlock()
+		select {
+		case <-d.wake:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Mute is judged by when audio was captured, not by when it was read: audio the device
+// captured while muted and handed over only after the unmute (a long input buffer, a late
+// driver) goes out as silence; what is captured after the unmute is heard.
+func TestMuteJudgedByCaptureTime(t *testing.T) {
+	dev := newHeldDevice(t)
+	h := newHarness(t, setup{source: dev, audioHold: time.Second,
+		cfg: agent.Config{MaxLag: 30 * time.Second, ReconnectBuffer: 30 * time.Second}})
+	h.waitFor("listening", 10*time.Second, isState(agent.StateListening))
+	waitCond(t, "audio at the server", 30*time.Second, func() bool { return len(h.received()) >= 8000 })
+	dev.hold()
+	time.Sleep(200 * time.Millisecond)
+	mutedFrom := dev.captured() + 1600 // every sample from here on was captured after the mute
+	h.sup.Mute(true)
+	time.Sleep(400 * time.Millisecond)
+	mutedTo := dev.captured() // every sample before this was captured before the unmute
+	h.sup.Mute(false)
+	time.Sleep(200 * time.Millisecond)
+	dev.release() // what was held goes to the agent now, after the unmute
+	unmuted := dev.captured() + 16000*2
+	waitCond(t, "audio from after the unmute", 60*time.Second, func() bool {
+		got := h.received()
+		return len(got) > 0 && int(math.Round(float64(got[len(got)-1])*(1<<24))) >= unmuted
+	})
+	h.stop()
+	heardAfter := false
+	for i, v := range h.received() {
+		pos := int(math.Round(float64(v) * (1 << 24)))
+		if v != 0 && pos >= mutedFrom && pos < mutedTo {
+			t.Fatalf("sample %d (captured at %d, muted from %d to %d) was sent as heard", i, pos, mutedFrom, mutedTo)
+		}
+		heardAfter = heardAfter || pos > mutedTo+16000
+	}
+	if !heardAfter {
+		t.Error("nothing captured a second after the unmute was heard")
+	}
+	t.Logf("muted for samples %d..%d", mutedFrom, mutedTo)
+	h.noRejections()
+}
+
+// waitCond polls cond until it holds; only a hang reaches the deadline.
+func waitCond(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, timeout)
+		}
 	}
 }

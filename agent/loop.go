@@ -382,7 +382,7 @@ func (l *loop) begin(reason string, keepPreRoll bool) {
 	}
 	s := l.s
 	if l.ended && !keepPreRoll {
-		s.epoch.Add(1)
+		s.newEpoch()
 	}
 	l.want, l.stopped, l.attempted = true, false, false
 	l.failures, l.lastReason = 0, ""
@@ -403,7 +403,7 @@ func (l *loop) idle(reason string) { l.end(reason, false) }
 func (l *loop) end(reason string, stopped bool) {
 	s := l.s
 	l.want, l.stopped, l.ended = false, stopped, true
-	s.epoch.Add(1) // what was captured until now is never sent
+	s.newEpoch() // what was captured until now is never sent
 	l.retryAt, l.rolloverSince, l.rolloverNotBefore = time.Time{}, time.Time{}, time.Time{}
 	l.closeAll(reason)
 	s.backlog.counting(false)

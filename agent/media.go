@@ -66,13 +66,16 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		}
 		block := buf[:n]
 		s.captured.Add(int64(n))
-		if s.epoch.Load() != epoch {
-			// Stopped or started while this block was being captured: part of it was heard
-			// while switched off, so none of it is kept.
+		// The block may have been captured as long before this read as the source holds audio
+		// (a device buffer, a block delivered whole) plus its own length.
+		capturedFrom := int64(time.Since(s.born) - s.audioHold - samplesToDuration(n))
+		if s.epoch.Load() != epoch || since(s.epochAt.Load(), capturedFrom) {
+			// Stopped or started while this block may have been captured: part of it was
+			// heard while switched off, so none of it is kept.
 			continue
 		}
-		// Muted at any time while this block was captured: it goes as silence.
-		if m := s.muteEpoch.Load(); m != mute || wasMuted || s.muted.Load() {
+		// Muted at any time while this block may have been captured: it goes as silence.
+		if m := s.muteEpoch.Load(); m != mute || wasMuted || s.muted.Load() || since(s.unmutedAt.Load(), capturedFrom) {
 			clear(block)
 			mute = m
 		}
@@ -298,3 +301,6 @@ func (s *Supervisor) backoff(n int) time.Duration {
 	ceil = min(ceil, float64(s.cfg.BackoffMax))
 	return time.Duration(ceil/2 + s.rng.Float64()*ceil/2)
 }
+
+// since reports whether a moment stored as time since born (0: never) came after from.
+func since(at, from int64) bool { return at != 0 && at > from }

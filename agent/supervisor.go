@@ -41,11 +41,15 @@ type Options struct {
 	// ChatServer is used for Ask and Say (mode=chat); zero means Server's URL in chat mode.
 	ChatServer *realtime.Config
 	Audio      AudioSource
-	Frames     FrameSource // nil: no camera
-	Speaker    Speaker
-	Dial       DialFunc // default realtime.Dial
-	Chat       ChatFunc // default realtime.Chat
-	Logger     *slog.Logger
+	// AudioHold is the most audio the source may hold captured and not yet returned by Read
+	// (the device's input buffer: audio.input_latency). Mute and stop are judged by when a
+	// sample may have been captured, not by when it was read; 0 means 100 ms.
+	AudioHold time.Duration
+	Frames    FrameSource // nil: no camera
+	Speaker   Speaker
+	Dial      DialFunc // default realtime.Dial
+	Chat      ChatFunc // default realtime.Chat
+	Logger    *slog.Logger
 	// Rand makes backoff jitter reproducible in tests; nil uses a random source.
 	Rand *rand.Rand
 	// Now is the clock; nil uses time.Now.
@@ -105,6 +109,12 @@ type Supervisor struct {
 	// epoch counts stops: audio captured before a stop is never sent (privacy). muteEpoch counts
 	// mutes: audio not yet sent when the microphone is muted goes out as silence.
 	epoch, muteEpoch atomic.Uint64
+	// epochAt and unmutedAt are when the epoch last changed and the microphone was last unmuted
+	// (since born): a block read after either may hold samples captured before it, up to
+	// audioHold and the block's own length.
+	born               time.Time
+	audioHold          time.Duration
+	epochAt, unmutedAt atomic.Int64
 	// dropping is set while audio is being dropped: the first drop of an episode is announced,
 	// the rest only counted.
 	dropping atomic.Bool
@@ -185,6 +195,11 @@ func newSupervisor(o Options) (*Supervisor, error) {
 		speechCh:     make(chan bool, 4),
 		playCh:       make(chan struct{}, 1),
 		instructions: o.Server.Init.Instructions,
+		born:         time.Now(),
+		audioHold:    o.AudioHold,
+	}
+	if s.audioHold <= 0 {
+		s.audioHold = samplesToDuration(readBlock)
 	}
 	s.backlog = newBacklog(durationToSamples(s.idleBuffer(false)))
 	s.defaults = Defaults{CameraOn: true, Volume: 100, Instructions: o.Server.Init.Instructions}
@@ -494,12 +509,21 @@ func (s *Supervisor) do(f func(*loop)) {
 	}
 }
 
+// newEpoch marks a stop or a start: nothing captured before it is sent.
+func (s *Supervisor) newEpoch() {
+	s.epochAt.Store(int64(time.Since(s.born)) + 1) // never 0, which means never
+	s.epoch.Add(1)
+}
+
 // setMuted switches the microphone off or on. Audio captured before a mute and not yet handed
 // to the connection goes out as silence too: pressing mute means the last words were not for
 // the server either.
 func (s *Supervisor) setMuted(on bool) {
 	if on && !s.muted.Load() {
 		s.muteEpoch.Add(1)
+	}
+	if !on && s.muted.Load() {
+		s.unmutedAt.Store(int64(time.Since(s.born)) + 1)
 	}
 	s.muted.Store(on)
 }

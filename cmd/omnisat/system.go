@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/omnisat/omnisat/agent"
 	"github.com/omnisat/omnisat/devices"
@@ -57,7 +58,11 @@ func systemConfig(cfg *fileConfig, env *cliEnv, log *slog.Logger) (satellite.Con
 				frames, desc, closeCam, err := openCamera(ctx, cfg.Camera, report, log)
 				return satellite.Opened[agent.FrameSource]{Device: frames, Describe: desc, Close: closeCam, Attach: report.attach}, err
 			}},
+		// A sample reaches the agent up to the input buffer after its capture, plus up to the
+		// half second the echo canceller waits for a late speaker: mute and stop are judged
+		// by capture time within that.
 		Agent: agent.Options{Config: cfg.Session, Server: server, ChatServer: chat, Volume: &volume,
+			AudioHold:    cfg.Audio.InputLatency + 500*time.Millisecond,
 			SettingsFile: filepath.Join(cfg.StateDir, settingsFile), Voices: voicesIn(filepath.Join(cfg.StateDir, voicesDir))},
 		MQTT:          satellite.MQTT{Config: cfg.MQTT, DeviceID: cfg.DeviceID, Version: version},
 		ControlSocket: cfg.socketPath(),
