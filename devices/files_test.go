@@ -131,6 +131,39 @@ func TestPacedSourceLoopsAndCancels(t *testing.T) {
 	}
 }
 
+// A source whose reader gave up (its context ended mid-wait) serves the next reader, with a new
+// context, as before: the wait that was cut short leaves nothing behind that cuts the next short
+// or keeps it waiting.
+func TestPacedSourceReadAfterCancel(t *testing.T) {
+	src := NewPacedSource([]float32{1, 2, 3}, 16000, true, 1)
+	src.SetPeriod(20 * time.Millisecond)
+	buf := make([]float32, 320)
+	for round := range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			for err == nil { // reads until cancelled, mid-wait
+				_, err = src.Read(ctx, buf)
+			}
+			done <- err
+		}()
+		time.Sleep(30 * time.Millisecond)
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: cancelled Read: %v", round, err)
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		before := src.Captured()
+		for src.Captured() < before+2*320 {
+			if _, err := src.Read(ctx, buf); err != nil {
+				t.Fatalf("round %d: Read after a cancelled one: %v", round, err)
+			}
+		}
+		cancel()
+	}
+}
+
 // heapInUse is the live heap after a full collection.
 func heapInUse() uint64 {
 	runtime.GC()
