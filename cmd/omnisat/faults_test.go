@@ -325,3 +325,95 @@ func TestFaultConfigCheckContextFit(t *testing.T) {
 		t.Errorf("an empty prompt and the default carry-over (~300 tokens) leave 324 of 624 tokens: %v", err)
 	}
 }
+
+// The default dialect (current) against a legacy gateway, which drops a current session.init
+// without a word: the agent abandons each attempt at server.init_timeout, says once that the
+// gateway may be legacy and names server.dialect, backs off between attempts, and leaves every
+// socket itself so that the gateway's worker is free again.
+func TestFaultWrongDialect(t *testing.T) {
+	sim := realtimetest.NewServer(realtimetest.Options{Dialect: realtimetest.Legacy})
+	t.Cleanup(sim.Close)
+	r := startFaultRun(t, sim.URL(), "  init_timeout: 1s\n", "session:\n  backoff_min: 1s\n  backoff_max: 4s\n")
+	began := time.Now()
+	waitUntil(t, "three attempts", 60*time.Second, func() bool { return len(sim.Sessions()) >= 3 })
+	st := status(t, r.sock)
+	waitUntil(t, "a hint in the status", 30*time.Second, func() bool {
+		st = status(t, r.sock)
+		return strings.Contains(st.LastError, "server.dialect")
+	})
+	r.halt()
+	elapsed := time.Since(began)
+	recs := sim.Sessions()
+	for _, rec := range recs {
+		if !rec.CreatedAt.IsZero() || len(rec.Appends) > 0 {
+			t.Errorf("session %d was created or took audio: the legacy gateway ignores a current init", rec.Index)
+		}
+		if rec.LeftAt.IsZero() && rec.EndedAt.IsZero() {
+			t.Errorf("session %d was never left: it holds the gateway's worker", rec.Index)
+		}
+	}
+	// Each attempt waits init_timeout (1 s) and then at least backoff_min (1 s).
+	if limit := 1 + int(elapsed/(2*time.Second)); len(recs) > limit {
+		t.Errorf("%d attempts in %v: more than one per 2 s (%d)", len(recs), elapsed.Round(time.Second), limit)
+	}
+	// The warning is said once for one cause (the state lines that follow repeat the reason).
+	if n := strings.Count(r.logs.String(), `msg="agent: reconnecting"`); n != 1 || !strings.Contains(r.logs.String(), "set server.dialect: legacy") {
+		t.Errorf("%d reconnect warnings (want one, naming server.dialect: legacy):\n%s", n, r.logs.String())
+	}
+	t.Logf("%d attempts in %v; status %s: %s", len(recs), elapsed.Round(time.Millisecond), st.State, st.LastError)
+}
+
+// An OpenVoice server that does not know the configured STT model answers error{recoverable:
+// false, code: model_not_found}: a configuration error, not a reason to reconnect at once. The
+// device shows it (state error, the server's words, the next attempt) and tries again only at
+// session.config_error_retry — so that fixing the server heals it without a visit.
+func TestFaultOpenVoiceUnknownModel(t *testing.T) {
+	sim := realtimetest.NewServer(realtimetest.Options{Dialect: realtimetest.OpenVoice, Models: []string{"faster-whisper-large-v3"}})
+	t.Cleanup(sim.Close)
+	r := startFaultRun(t, sim.URL(), "  dialect: openvoice\n  model: no-such-model\n", "session:\n  config_error_retry: 10s\n")
+	var st agent.Status
+	waitUntil(t, "state error", 60*time.Second, func() bool {
+		st = status(t, r.sock)
+		return st.State == agent.StateError
+	})
+	time.Sleep(3 * time.Second) // a reconnecting agent would have tried again by now
+	recs := sim.Sessions()
+	r.halt()
+	if len(recs) != 1 {
+		t.Errorf("%d sessions within seconds of a model_not_found: retried as if it were transient", len(recs))
+	}
+	if !strings.Contains(st.LastError, "no-such-model") && !strings.Contains(st.LastError, "model_not_found") {
+		t.Errorf("last error %q does not say what the server answered", st.LastError)
+	}
+	if w := st.NextAttempt.Sub(st.Since); w < 7*time.Second || w > 10*time.Second {
+		t.Errorf("next attempt in %v, want [0.8, 1] × config_error_retry (10 s)", w)
+	}
+	for _, rec := range recs {
+		if len(rec.Appends) > 0 {
+			t.Errorf("session %d took audio", rec.Index)
+		}
+	}
+}
+
+// A server that sends session.closed and leaves its socket open (OpenVoice does, and the legacy
+// gateway after context_full) is left by the client: the agent closes the socket itself, opens
+// the next session after its backoff, and streams on.
+func TestFaultSocketLeftOpenAfterClosed(t *testing.T) {
+	sim := realtimetest.NewServer(realtimetest.Options{Faults: []realtimetest.Fault{
+		{Kind: realtimetest.FaultClose, Reason: "backend_error", AfterAppends: 3, KeepOpen: true, Count: 1}}})
+	t.Cleanup(sim.Close)
+	r := startFaultRun(t, sim.URL(), "  close_timeout: 1s\n", "session:\n  backoff_min: 500ms\n  backoff_max: 1s\n")
+	waitUntil(t, "a second session with audio", 60*time.Second, func() bool {
+		recs := sim.Sessions()
+		return len(recs) == 2 && len(recs[1].Appends) >= 3
+	})
+	r.halt()
+	first := sim.Sessions()[0]
+	if first.LeftAt.IsZero() {
+		t.Fatalf("the client never closed the socket the server left open (ended %q)", first.EndReason)
+	}
+	if len(sim.Sessions()) != 2 {
+		t.Errorf("%d sessions, want 2", len(sim.Sessions()))
+	}
+	t.Logf("the server said closed; the client left %v later", first.LeftAt.Sub(first.CreatedAt))
+}

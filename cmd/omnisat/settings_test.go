@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/omnisat/omnisat/agent"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,7 +104,10 @@ mqtt:
 	if first["mic_muted"] != true || first["camera_on"] != false || first["volume"] != 37.0 {
 		t.Fatalf("first state after the restart: %v", first)
 	}
-	st := status(t, sock)
+	// The control socket may come up a moment after the broker connection: wait for its first
+	// answer, which must already hold the restored settings.
+	var st agent.Status
+	waitFor(t, 30*time.Second, func() bool { st = status(t, sock); return st.State != "" })
 	if !st.Muted || st.CameraOn || st.Volume != 37 {
 		t.Fatalf("ctl status after the restart: %+v", st)
 	}
