@@ -342,3 +342,37 @@ func TestFileSpeakerFlush(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkNoneSpeakerSecond is what a speaker without a device costs per second while it plays
+// silence (the clock consumes a second at every look; its peak scans every sample).
+func BenchmarkNoneSpeakerSecond(b *testing.B) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	spk := NewFileSpeaker("", 24000)
+	spk.now = clk.now
+	spk.clock = NewPlaybackClock(spk.pb, clk.now())
+	b.ReportAllocs()
+	for b.Loop() {
+		clk.advance(time.Second)
+		spk.Pending()
+	}
+}
+
+// The peak is the loudest sample either way round, kept through the silence played after it.
+func TestFileSpeakerPeak(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	spk := NewFileSpeaker("", 24000)
+	spk.now = clk.now
+	spk.clock = NewPlaybackClock(spk.pb, clk.now())
+	reply := make([]float32, 24000) // long enough for the fade in to end
+	for i := range reply {
+		reply[i] = 0.5
+		if i%100 == 50 {
+			reply[i] = -0.75
+		}
+	}
+	spk.Play(reply)
+	clk.advance(2 * time.Second)
+	if p := spk.Stats().Peak; p != 0.75 {
+		t.Fatalf("peak %v, want 0.75", p)
+	}
+}
