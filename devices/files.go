@@ -26,7 +26,7 @@ const DefaultPeriod = 100 * time.Millisecond
 // PacedSource plays samples as if they were being captured by a sound card: they become
 // available in blocks of one period, each at the moment its last sample is due (counted
 // against a SampleClock, so nothing drifts), never faster than real time (times speed). A
-// reader waits on one timer set to when the next block is due: one wake-up per period, however
+// reader waits on one alarm set to when the next block is due: one wake-up per period, however
 // small its reads.
 type PacedSource struct {
 	samples []float32
@@ -39,7 +39,7 @@ type PacedSource struct {
 	mu    sync.Mutex
 	clock SampleClock // started by the first Read
 	given int64       // samples handed out so far
-	timer *time.Timer
+	alarm alarm       // made by the first Read
 }
 
 // NewPacedSource makes a source of mono samples at rate that delivers blocks of DefaultPeriod.
@@ -90,8 +90,7 @@ func (p *PacedSource) Read(ctx context.Context, out []float32) (int, error) {
 	defer p.mu.Unlock()
 	if p.clock.Start.IsZero() {
 		p.clock = NewSampleClock(p.now(), p.rate, p.speed)
-		p.timer = time.NewTimer(time.Hour)
-		p.timer.Stop()
+		p.alarm = newAlarm()
 	}
 	total := int64(len(p.samples))
 	if !p.loop && p.given >= total {
@@ -112,16 +111,25 @@ func (p *PacedSource) Read(ctx context.Context, out []float32) (int, error) {
 		if !p.loop {
 			next = min(next, total)
 		}
-		p.timer.Reset(p.clock.At(next).Sub(p.now()))
+		wait := p.clock.At(next).Sub(p.now())
 		p.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			p.timer.Stop()
-			p.mu.Lock()
-			return 0, ctx.Err()
-		case <-p.timer.C:
-		}
+		err := p.alarm.wait(ctx, wait)
 		p.mu.Lock()
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// sleepTimer sleeps for d on a runtime timer or until ctx ends (ctx.Err()).
+func sleepTimer(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -209,9 +217,17 @@ func (f *FileSpeaker) catchUp() {
 
 // sink takes what the clock played. Called with mu held.
 func (f *FileSpeaker) sink(block []float32) {
+	peak := f.peak
 	for _, v := range block {
-		f.peak = max(f.peak, v, -v)
+		// Plain comparisons: max's NaN and signed-zero rules cost ten times as much, on every
+		// sample of the silence a speaker without a device plays.
+		if v > peak {
+			peak = v
+		} else if -v > peak {
+			peak = -v
+		}
 	}
+	f.peak = peak
 	if f.file != nil && f.err == nil {
 		f.err = f.file.Write(block)
 	}

@@ -131,6 +131,39 @@ func TestPacedSourceLoopsAndCancels(t *testing.T) {
 	}
 }
 
+// A source whose reader gave up (its context ended mid-wait) serves the next reader, with a new
+// context, as before: the wait that was cut short leaves nothing behind that cuts the next short
+// or keeps it waiting.
+func TestPacedSourceReadAfterCancel(t *testing.T) {
+	src := NewPacedSource([]float32{1, 2, 3}, 16000, true, 1)
+	src.SetPeriod(20 * time.Millisecond)
+	buf := make([]float32, 320)
+	for round := range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			for err == nil { // reads until cancelled, mid-wait
+				_, err = src.Read(ctx, buf)
+			}
+			done <- err
+		}()
+		time.Sleep(30 * time.Millisecond)
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: cancelled Read: %v", round, err)
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		before := src.Captured()
+		for src.Captured() < before+2*320 {
+			if _, err := src.Read(ctx, buf); err != nil {
+				t.Fatalf("round %d: Read after a cancelled one: %v", round, err)
+			}
+		}
+		cancel()
+	}
+}
+
 // heapInUse is the live heap after a full collection.
 func heapInUse() uint64 {
 	runtime.GC()
@@ -307,5 +340,39 @@ func TestFileSpeakerFlush(t *testing.T) {
 		if d := a.Samples[i-1] - a.Samples[i]; d < 0 || d > 0.02 {
 			t.Fatalf("the cut steps by %v at sample %d", d, i)
 		}
+	}
+}
+
+// BenchmarkNoneSpeakerSecond is what a speaker without a device costs per second while it plays
+// silence (the clock consumes a second at every look; its peak scans every sample).
+func BenchmarkNoneSpeakerSecond(b *testing.B) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	spk := NewFileSpeaker("", 24000)
+	spk.now = clk.now
+	spk.clock = NewPlaybackClock(spk.pb, clk.now())
+	b.ReportAllocs()
+	for b.Loop() {
+		clk.advance(time.Second)
+		spk.Pending()
+	}
+}
+
+// The peak is the loudest sample either way round, kept through the silence played after it.
+func TestFileSpeakerPeak(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	spk := NewFileSpeaker("", 24000)
+	spk.now = clk.now
+	spk.clock = NewPlaybackClock(spk.pb, clk.now())
+	reply := make([]float32, 24000) // long enough for the fade in to end
+	for i := range reply {
+		reply[i] = 0.5
+		if i%100 == 50 {
+			reply[i] = -0.75
+		}
+	}
+	spk.Play(reply)
+	clk.advance(2 * time.Second)
+	if p := spk.Stats().Peak; p != 0.75 {
+		t.Fatalf("peak %v, want 0.75", p)
 	}
 }

@@ -1,7 +1,18 @@
 package realtime
 
+import (
+	"context"
+	"net"
+)
+
 // EncodeAudioDeltaForTest is the base64 float32 encoding of reply audio, for benchmarks of the
 // external test package.
 func EncodeAudioDeltaForTest(samples []float32) string {
 	return string(appendFloat32Base64(nil, samples))
+}
+
+// WithNetDialForTest makes c open its TCP connection with dial (tests that watch the socket).
+func WithNetDialForTest(c Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) Config {
+	c.netDial = dial
+	return c
 }

@@ -147,6 +147,9 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 		TLSClientConfig:   cfg.TLS,
 		Proxy:             http.ProxyFromEnvironment,
 		EnableCompression: false,
+		// One media message, one frame, one write: with gorilla's 4 KiB default a 1 s audio
+		// chunk (~85 KB of JSON) went out as 21 frames and 21 write calls.
+		WriteBufferSize: wireWriteBuffer,
 		// The TCP connection itself, under TLS: its send buffer is kept small and the kernel is
 		// asked what of it the peer has acknowledged.
 		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -385,6 +388,11 @@ func (s *session) readLoop() {
 	s.emit(Closed{Reason: s.endReason, Diagnostic: s.endDiag, Err: s.endErr, Undelivered: undelivered,
 		ServerDuration: s.endTotals.duration, Segments: s.endTotals.segments}, true)
 }
+
+// wireWriteBuffer is the WebSocket write buffer: a frame holds at most this much, so a 1 s
+// audio chunk (~85 KB) or a chunk with a 640×480 JPEG (~140 KB) is one frame and one write.
+// Larger messages (several frames a chunk) still go out, in frames of this size.
+const wireWriteBuffer = 160 << 10
 
 // maxKeptReadBuffer bounds the read buffer kept between messages: a second of reply audio is
 // ~128 KB; a rare larger frame gets a buffer of its own.

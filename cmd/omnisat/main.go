@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -54,7 +55,15 @@ func commands() map[string]command {
 	}
 }
 
+// serviceProcs is how many threads run Go code at once in `omnisat run` unless GOMAXPROCS says
+// otherwise. The service's work is a few milliseconds a second in bursts; with more than one, the
+// runtime wakes a second thread to look for work at every event, and finds none.
+const serviceProcs = 1
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "run" && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(serviceProcs)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env := &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, journal: isJournal(os.Stderr, os.Getenv("JOURNAL_STREAM"))}
 	code := run(ctx, os.Args[1:], env)

@@ -1,0 +1,99 @@
+//go:build linux
+
+package devices
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// alarm is what a PacedSource sleeps on until its next block is due. On Linux it is a timerfd
+// waited for in the runtime's network poller rather than a runtime timer: the runtime wakes its
+// monitor thread (sysmon) at every expiring timer and waits for timers in whole milliseconds (a
+// second wake-up just short of the deadline). Its two system calls never block (the descriptor
+// is non-blocking) and are made raw, because an ordinary system call wakes a sleeping sysmon
+// too. A block then costs one wake-up instead of about five.
+type alarm struct {
+	fd   int
+	file *os.File        // the same descriptor, in the poller; closed when collected
+	raw  syscall.RawConn // file's, to wait for readiness
+	buf  [8]byte
+}
+
+func newAlarm() alarm {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return alarm{fd: -1}
+	}
+	file := os.NewFile(uintptr(fd), "paced-source-timerfd")
+	raw, err := file.SyscallConn()
+	if err != nil {
+		file.Close()
+		return alarm{fd: -1}
+	}
+	return alarm{fd: fd, file: file, raw: raw}
+}
+
+// arm sets the timer to expire once after d (0 disarms it).
+func (a *alarm) arm(d time.Duration) error {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(d.Nanoseconds())}
+	_, _, errno := unix.RawSyscall6(unix.SYS_TIMERFD_SETTIME, uintptr(a.fd), 0, uintptr(unsafe.Pointer(&spec)), 0, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// expired waits in the poller until the timer has expired (or a deadline cuts the wait short).
+func (a *alarm) expired() error {
+	var readErr error
+	err := a.raw.Read(func(fd uintptr) bool {
+		_, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&a.buf[0])), uintptr(len(a.buf)))
+		if errno == unix.EAGAIN {
+			return false // not yet: wait for readiness
+		}
+		if errno != 0 {
+			readErr = errno
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return readErr
+}
+
+// wait sleeps for d or until ctx ends (ctx.Err()). It may return early with nil: the caller
+// checks the time again.
+func (a *alarm) wait(ctx context.Context, d time.Duration) error {
+	if a.file == nil {
+		return sleepTimer(ctx, d)
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	// A deadline left by an earlier context's cancellation must not cut this wait short.
+	if err := a.file.SetReadDeadline(time.Time{}); err != nil {
+		return sleepTimer(ctx, d)
+	}
+	if err := a.arm(d); err != nil {
+		return sleepTimer(ctx, d)
+	}
+	stop := context.AfterFunc(ctx, func() { a.file.SetReadDeadline(time.Unix(1, 0)) })
+	err := a.expired()
+	stop()
+	if err := ctx.Err(); err != nil {
+		a.arm(0) // disarmed: no stale expiry later
+		return err
+	}
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return sleepTimer(ctx, d) // cannot happen with a timerfd; a timer still paces
+	}
+	return nil
+}
