@@ -236,6 +236,40 @@ func TestEchoAlignmentIgnoresDisturbedTimestamps(t *testing.T) {
 	}
 }
 
+// TestEchoDisputeLetsTheUserThrough: the timestamps jump (a late callback) just as the user
+// starts talking over the model. The user's voice must not be taken for an echo that moved:
+// the alignment is kept, and the user reaches the output (the barge-in detector) while the
+// dispute is judged, not after it.
+func TestEchoDisputeLetsTheUserThrough(t *testing.T) {
+	g := defaultRig()
+	g.spkErr = func(j int64) float64 {
+		if j >= 12*16000 {
+			return 0.0209
+		}
+		return 0
+	}
+	const from, to = 12 * 16000, 15 * 16000
+	user := signaltest.SpeechLike(g.rate, 3*time.Second, 29)
+	g.near = make([]float32, to)
+	copy(g.near[from:], user)
+	c, ref := newRigCleaner(t, EchoAEC, g.rate)
+	_, out, _ := g.run(t, c, ref, 40*g.rate, 0)
+	st := c.counters()
+	// The output comes a frame or so after the capture (the noise suppressor's window).
+	lag, _ := signaltest.Align(user[:g.rate], out[from-g.rate/10:to])
+	lag -= g.rate / 10
+	passed := signaltest.NCC(user, out[from:to], lag)
+	// The first 300 ms: what the barge-in detector has to go on.
+	onset := signaltest.NCC(user[:g.rate*3/10], out[from:from+g.rate*3/10+lag], lag)
+	t.Logf("user's speech in the output (%d samples later): ncc %.2f (first 300 ms %.2f); %+v", lag, passed, onset, st)
+	if st.Slips != 1 {
+		t.Errorf("%d alignments, want 1: the user talked, the echo did not move", st.Slips)
+	}
+	if passed < 0.8 || onset < 0.8 {
+		t.Errorf("the user's speech came through with ncc %.2f (first 300 ms %.2f), want ≥ 0.8", passed, onset)
+	}
+}
+
 // TestEchoFollowsAMove: the speaker's sound really moves against its sample count (a sound
 // server inserted silence nobody counted; with xrun, the host said so), 20 ms later or 20 ms
 // earlier, and the timestamps show it. The reference is re-aligned, the canceller learns the

@@ -346,9 +346,12 @@ type cleaner struct {
 	learnFor int64 // learnTime in capture samples
 	settled  bool  // the canceller has converged since the last alignment
 	suspect  bool  // the timestamps say the alignment moved; the canceller has not judged it yet
-	erle     erleMeter
-	drift    drift
-	stats    CleanStats
+	// suspectFor counts the capture samples of speaker sound since the dispute began.
+	suspectFor int64
+	erle       erleMeter
+	talk       talkDetector
+	drift      drift
+	stats      CleanStats
 }
 
 // frameInfo is what the cleaner knows of one frame before it is processed.
@@ -357,6 +360,7 @@ type frameInfo struct {
 	loudAlt bool    // ... or by the timestamps' alignment, while the two disagree
 	unknown bool    // its reference could not be had: it is muted
 	micE    float64 // its energy as captured
+	refE    float64 // its reference's energy
 }
 
 // CleanStats are the cleaner's counters.
@@ -461,6 +465,7 @@ func (c *cleaner) run(dst []float32, mic streamTiming, force bool) []float32 {
 			clear(r)
 			continue
 		}
+		info[i].refE = energy(r)
 		info[i].loud = aligned && peak(r) > audible
 		info[i].loudAlt = aligned && c.align.disputed() && c.align.altPeak(k, f) > audible
 	}
@@ -508,12 +513,22 @@ func (c *cleaner) frameDone(frame []float32, fi frameInfo, k int64) {
 	case EchoMute:
 		c.muteWhileLoud(frame, loud, k)
 	case EchoAEC:
-		if fi.loud {
-			c.erle.add(fi.micE, energy(frame), n, c.micRate)
+		outE := energy(frame)
+		near, echoOnly := c.talk.frame(fi, outE, c.settled && !c.suspect, n, c.micRate)
+		if fi.loud && echoOnly {
+			c.erle.add(fi.micE, outE, n, c.micRate)
 		} else {
+			// The user's voice says nothing about how well the echo is cancelled.
 			c.erle.quiet(n, c.micRate)
 		}
 		switch {
+		case near && (!c.settled || c.suspect):
+			// The user talks over the model, louder than its echo can be: let them through (the
+			// barge-in) rather than mute them until the canceller has judged or learnt.
+			if fi.loud {
+				c.learned += n
+				c.suspectFor += n
+			}
 		case !c.settled:
 			// Until the canceller has converged (learnTime of speaker sound, or sooner when it
 			// measurably cancels) the echo would pass nearly whole and start a barge-in: the
@@ -526,6 +541,9 @@ func (c *cleaner) frameDone(frame []float32, fi frameInfo, k int64) {
 			}
 			c.muteWhileLoud(frame, loud, k)
 		case c.suspect:
+			if fi.loud {
+				c.suspectFor += n
+			}
 			c.muteWhileLoud(frame, loud, k)
 		default:
 			c.drift.follow(c.proc, c.align, n, c.micRate)
@@ -588,10 +606,15 @@ func (c *cleaner) judge(mic streamTiming) bool {
 		// Fresh evidence, gathered from now on while protected: before the dispute the echo
 		// may already have moved.
 		c.log.Debug("audio: echo timing moved; the canceller judges", "moved_ms", math.Round(a.disagree/float64(c.micRate)*10000)/10)
-		c.suspect = true
+		c.suspect, c.suspectFor = true, 0
 		c.erle.reset()
 		return true
 	case !c.erle.enough(c.micRate):
+		if c.suspectFor >= c.learnFor {
+			// No verdict after learnTime of speaker sound (the user talked all along): the
+			// timestamps win, and the canceller learns afresh.
+			c.relign("no verdict from the canceller")
+		}
 		return true
 	}
 	if db := c.erle.db(); db >= cancelsDB {
@@ -660,6 +683,51 @@ func (e *erleMeter) reset()                  { *e = erleMeter{} }
 func (e *erleMeter) enough(rate int) bool { return e.weight >= 0.2*float64(rate) }
 
 func (e *erleMeter) db() float64 { return 10 * math.Log10((e.in+1e-12)/(e.out+1e-12)) }
+
+// talkDetector tells the user's voice from the echo without the canceller (whose output
+// holds both): the echo at the microphone is the speaker's sound through the room, some echo
+// return loss (ERL) below the reference, whatever the alignment; a microphone much louder than
+// that is someone talking. The ERL is learnt from frames the canceller cancelled well (only echo
+// there), so it is known after the first convergence and stays across re-alignments (the room
+// did not change). Energies are summed over a short memory, longer than the echo's delay
+// against the reference.
+type talkDetector struct {
+	mic, ref       float64 // short fading sums
+	erlMic, erlRef float64 // long fading sums of mic and ref over well-cancelled frames
+	samples        float64 // well-cancelled samples in them (fading)
+}
+
+const (
+	talkMemory = 100 * time.Millisecond
+	erlMemory  = 2 * time.Second
+	// nearFactor: the user counts as talking when the microphone is this much (6 dB) above the
+	// echo the ERL predicts; echoOnlyFactor: below this (3 dB) the microphone holds the echo
+	// alone, and tells how well the canceller cancels.
+	nearFactor     = 4
+	echoOnlyFactor = 2
+	// wellCancelled: a frame whose energy the canceller took down by 20 dB is echo only.
+	wellCancelled = 100
+)
+
+// frame takes one frame (its energies as captured, of its reference and after the canceller;
+// learn: the canceller is trusted now) and says whether the user is talking in it (near) and
+// whether it holds nothing but the echo (echoOnly; always, while the ERL is not known).
+func (d *talkDetector) frame(fi frameInfo, outE float64, learn bool, n int64, rate int) (near, echoOnly bool) {
+	f := math.Exp(-float64(n) / (talkMemory.Seconds() * float64(rate)))
+	d.mic, d.ref = d.mic*f+fi.micE, d.ref*f+fi.refE
+	if learn && fi.loud && outE*wellCancelled < fi.micE {
+		g := math.Exp(-float64(n) / (erlMemory.Seconds() * float64(rate)))
+		d.erlMic, d.erlRef, d.samples = d.erlMic*g+d.mic, d.erlRef*g+d.ref, d.samples*g+float64(n)
+	}
+	if !d.known(rate) {
+		return false, true
+	}
+	echo := d.erlMic / d.erlRef * d.ref
+	return d.mic > nearFactor*echo, d.mic <= echoOnlyFactor*echo
+}
+
+// known: the ERL was measured over a quarter second or more.
+func (d *talkDetector) known(rate int) bool { return d.samples >= 0.25*float64(rate) && d.erlRef > 0 }
 
 func energy(s []float32) float64 {
 	var e float64
