@@ -211,6 +211,9 @@ type streamTiming struct {
 	// firm: measured over enough callbacks since the era began or the host's last xrun for a
 	// late callback or two not to decide the median.
 	firm bool
+	// recent is the median of the latest hintWindow values alone: quick to show a step, and
+	// as quick to be disturbed; a hint, never a reason to re-align.
+	recent float64
 }
 
 // timelineEvent is what a device buffer says about its stream's timeline.
@@ -270,8 +273,21 @@ func (f *clockFit) timing() streamTiming {
 	copy(v[:], f.last[:k])
 	s := v[:k]
 	slices.Sort(s)
-	return streamTiming{base: s[k/2], era: f.era, ok: true, firm: f.n >= fitFirm}
+	t := streamTiming{base: s[k/2], era: f.era, ok: true, firm: f.n >= fitFirm, recent: s[k/2]}
+	if k >= hintWindow {
+		var r [hintWindow]float64
+		for i := range r {
+			r[i] = f.last[(f.n-1-i)%fitWindow]
+		}
+		slices.Sort(r[:])
+		t.recent = r[hintWindow/2]
+	}
+	return t
 }
+
+// hintWindow is how many of the latest callbacks give the first hint of a move: a step shows
+// after two of them, a single late callback does not.
+const hintWindow = 3
 
 // CleanConfig is what the microphone does to its signal at the capture rate, before resampling.
 type CleanConfig struct {
@@ -371,6 +387,7 @@ type CleanStats struct {
 	Kept        int64 // times the timestamps moved but the canceller showed the echo had not: alignment kept
 	Waits       int64 // times the microphone waited for the speaker's record of what it played
 	Unknown     int64 // frames whose reference never came or was overwritten (muted)
+	Wary        int64 // frames protected because the latest timestamps hinted at a move
 }
 
 func newCleaner(cfg CleanConfig, micRate int, log *slog.Logger) (*cleaner, error) {
@@ -521,8 +538,9 @@ func (c *cleaner) frameDone(frame []float32, fi frameInfo, k int64) {
 			// The user's voice says nothing about how well the echo is cancelled.
 			c.erle.quiet(n, c.micRate)
 		}
+		wary := c.align.hinted && !c.suspect
 		switch {
-		case near && (!c.settled || c.suspect):
+		case near && (!c.settled || c.suspect || wary):
 			// The user talks over the model, louder than its echo can be: let them through (the
 			// barge-in) rather than mute them until the canceller has judged or learnt.
 			if fi.loud {
@@ -545,6 +563,12 @@ func (c *cleaner) frameDone(frame []float32, fi frameInfo, k int64) {
 				c.suspectFor += n
 			}
 			c.muteWhileLoud(frame, loud, k)
+		case wary:
+			// The latest timestamps hint at a move the firm ones do not show yet: the echo may
+			// pass from now until they do; protect meanwhile, without judging anything.
+			c.stats.Wary++
+			c.muteWhileLoud(frame, loud, k)
+			c.drift.follow(c.proc, c.align, n, c.micRate)
 		default:
 			c.drift.follow(c.proc, c.align, n, c.micRate)
 		}
@@ -839,7 +863,9 @@ type echoAligner struct {
 	// disagree is how far the timestamps' alignment is from offset (capture samples) at the
 	// last look, beyond bias: a disagreement found harmless.
 	disagree, bias float64
-	slips          int64
+	// hinted: the latest few callbacks alone put the echo elsewhere (see streamTiming.recent).
+	hinted bool
+	slips  int64
 
 	// The stream: the reference at the capture rate, stream sample head+i in pending[i].
 	head         int64
@@ -877,6 +903,8 @@ func (a *echoAligner) look(mic streamTiming) (ok, restarted bool) {
 		a.sync(want)
 		return true, true
 	}
+	recent := spk.recent*a.ratio - mic.recent - a.delay
+	a.hinted = math.Abs(recent-a.offset-a.bias) > a.tolerance
 	if !spk.firm || !mic.firm {
 		// Too few callbacks since an xrun to tell a move from a late callback: no evidence yet.
 		a.disagree = 0
