@@ -110,7 +110,12 @@ func OpenSpeaker(ctx context.Context, cfg SpeakerConfig, onState func(ok bool, e
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.done = make(chan struct{})
-	go s.link.run(ctx, s.done)
+	go func() {
+		s.link.run(ctx, s.done)
+		if cfg.Echo != nil {
+			cfg.Echo.stop() // closed: nothing plays any more, the microphone need not wait for it
+		}
+	}()
 	return s, nil
 }
 
