@@ -95,6 +95,10 @@ type Status struct {
 	ChunksSent     uint64  `json:"chunks_sent"`
 	ChunksDropped  uint64  `json:"chunks_dropped"`
 	SecondsDropped float64 `json:"audio_dropped_s"`
+	// ServerDroppedS is audio the server's flow control dropped after it arrived (OpenVoice
+	// session.frames_dropped); RateLimits counts its requests to slow down (session.rate_limit).
+	ServerDroppedS float64 `json:"server_audio_dropped_s"`
+	RateLimits     int64   `json:"server_rate_limits"`
 	// BytesUp and BytesDown count the WebSocket traffic of every session so far.
 	BytesUp   uint64 `json:"bytes_up"`
 	BytesDown uint64 `json:"bytes_down"`
@@ -143,6 +147,11 @@ type Utterance struct {
 	// Language and Duration of the user's speech, where the server reports them (OpenVoice).
 	Language string
 	Duration time.Duration
+	// Confidence is the server's 0..1 confidence in the user's final transcript (0: not said).
+	Confidence float64
+	// Segment numbers the user's speech segments within the session (OpenVoice segment_id): the
+	// partials of a phrase and its final share one.
+	Segment int
 }
 
 // VoiceActivity is someone starting or stopping to speak, as heard by the local detector

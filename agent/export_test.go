@@ -11,3 +11,7 @@ func NewUnchecked(o Options) (*Supervisor, error) { return newSupervisor(o) }
 
 // TimerWakesForTest is how often the state loop's timer has fired.
 func TimerWakesForTest(s *Supervisor) uint64 { return s.timerWakes.Load() }
+
+// PaceForTest is where the sender's pacer began counting the current session and what has been
+// captured: call it from the sender (inside a Session's Send), which owns the pacer.
+func PaceForTest(s *Supervisor) (start, captured int64) { return s.pacer.start, s.captured.Load() }

@@ -44,8 +44,15 @@ type live struct {
 	counted    uint64 // delivered chunks already added to the totals
 	eventsDone bool   // its Events channel is closed
 
-	replyOpen  bool
-	replyText  strings.Builder
+	replyOpen bool
+	replyResp string // the response id of the newest reply delta ("" where the server sends none)
+	replyText strings.Builder
+	// An interrupted reply goes on arriving for a while (the server streams what it had
+	// generated): cutting drops its audio and text until the server ends that turn (listen, its
+	// end of turn, a TTS event) or a delta of another response begins the next; cutResp, the
+	// interrupted reply's id, keeps dropping its stragglers after that.
+	cutting    bool
+	cutResp    string
 	replyStart time.Time
 	lastDelta  time.Duration // duration of the newest reply audio delta
 	// resampler brings reply audio at another rate (OpenVoice's TTS rate) to the speaker's 24 kHz.
@@ -54,11 +61,13 @@ type live struct {
 	says []*pendingSay // OpenVoice tts.speak requests waiting for tts.speaking_end, oldest first
 }
 
-// pendingSay is a Say on an OpenVoice session: it succeeds when the speech has been synthesised
-// (tts.speaking_end), fails on an error before that, when the session ends, or at its deadline.
+// pendingSay is a Say on an OpenVoice session: it succeeds when its request's speech has been
+// synthesised (tts.speaking_end not cancelled), fails when it is cancelled (tts.cancel, a newer
+// say, the session's end), on an error before its speech starts, or at its deadline.
 type pendingSay struct {
 	id, text string
-	started  bool // tts.speaking_start seen
+	request  string // the tts.speak request_id its TTSState events carry
+	started  bool   // tts.speaking_start seen
 	deadline *time.Timer
 }
 
@@ -141,6 +150,24 @@ func (a *attempt) queueReport(q realtime.QueueStatus, now time.Time) {
 	}
 }
 
+// episodeQuiet is how long without a repeat ends an episode of a recurring complaint: the next
+// one is news again.
+const episodeQuiet = time.Minute
+
+// episode coalesces a recurring event: the first of a session, or the first after episodeQuiet
+// without one, is news (logged, published); the rest are only counted. It needs no timer: the
+// quiet is measured when the next one comes.
+type episode struct {
+	session string
+	last    time.Time
+}
+
+func (e *episode) news(lv *live, now time.Time) bool {
+	fresh := e.session != lv.id || e.last.IsZero() || now.Sub(e.last) >= episodeQuiet
+	e.session, e.last = lv.id, now
+	return fresh
+}
+
 type dialResult struct {
 	a    *attempt
 	sess realtime.Session
@@ -171,7 +198,10 @@ type loop struct {
 	attempted   bool                  // a session was dialled since start: later dials are reconnects
 	failures    int                   // consecutive failures (dials, sessions that ended before they were useful)
 	retryAt     time.Time             // the next attempt after a failure
-	lastReason  string                // the failure last announced: say it once, then count
+	lastReason  string                // the configuration error last announced: say it once, then count
+	// announced holds the kinds of failure said in the current run of failures (see
+	// failureKind): each is said once, then counted.
+	announced map[string]bool
 	// rolloverNotBefore holds the next rollover back after one that came too soon (backoff).
 	rolloverNotBefore time.Time
 	// rolloverSince is when a sequential rollover became due (it waits for a listening moment).
@@ -183,10 +213,12 @@ type loop struct {
 	// no session of ours closes before (see attempt.noticedBy).
 	queueLeft  time.Time
 	lastActive time.Time // last speech either way (idle timeout)
-	history    []Utterance
-	reconnects int // attempts after the first since start
-	rollovers  int
-	lost       int // sessions that ended without being asked to
+	// The server's flow-control complaints, said once per episode and counted.
+	dropEpisode, rateEpisode episode
+	history                  []Utterance
+	reconnects               int // attempts after the first since start
+	rollovers                int
+	lost                     int // sessions that ended without being asked to
 }
 
 func newLoop(s *Supervisor, ctx context.Context) *loop {
@@ -354,6 +386,7 @@ func (l *loop) begin(reason string, keepPreRoll bool) {
 	}
 	l.want, l.stopped, l.attempted = true, false, false
 	l.failures, l.lastReason = 0, ""
+	clear(l.announced)
 	s.backlog.counting(true)
 	s.backlog.setLimit(durationToSamples(s.gapBuffer()))
 	s.log.Info("agent: session wanted", "reason", reason)
@@ -631,7 +664,7 @@ func (l *loop) handleDial(dr dialResult) {
 		if realtime.ClassOf(dr.err) == realtime.ClassConfig {
 			if rollover { // the old session still works: keep it, try again slowly
 				l.rolloverNotBefore = s.now().Add(l.configRetryWait())
-				l.announce(dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_at", l.rolloverNotBefore)
+				l.announce(failureKind(dr.err, dr.err.Error()), dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_at", l.rolloverNotBefore)
 				return
 			}
 			l.configError(dr.err)
@@ -641,10 +674,10 @@ func (l *loop) handleDial(dr dialResult) {
 		if rollover {
 			wait := s.backoff(l.failures)
 			l.rolloverNotBefore = s.now().Add(wait)
-			l.announce(dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_in", wait)
+			l.announce(failureKind(dr.err, dr.err.Error()), dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_in", wait)
 			return
 		}
-		l.scheduleRetry(dr.err.Error())
+		l.scheduleRetry(failureKind(dr.err, dr.err.Error()), dr.err.Error())
 		return
 	}
 	lv := l.adopt(dr.sess)
@@ -713,17 +746,34 @@ func (l *loop) activate(lv *live) {
 	s.bus.publish(Lifecycle{Kind: "session_started", SessionID: lv.id, At: now})
 }
 
-// announce logs a failure at warning level the first time it is seen in a row, then at debug
-// level: a device stuck for hours says what is wrong once, and counts.
-func (l *loop) announce(reason, msg string, args ...any) bool {
+// announce logs a failure at warning level the first time its kind is seen in a run of
+// failures, then at debug level: a device stuck for hours says what is wrong once, and counts,
+// also when two problems alternate (a busy server and a dial that times out).
+func (l *loop) announce(kind, reason, msg string, args ...any) bool {
 	args = append(args, "reason", reason, "failures", l.failures)
-	if reason == l.lastReason {
+	if l.announced[kind] || len(l.announced) >= maxAnnounced {
 		l.s.log.Debug(msg, args...)
 		return false
 	}
-	l.lastReason = reason
+	if l.announced == nil {
+		l.announced = map[string]bool{}
+	}
+	l.announced[kind] = true
 	l.s.log.Warn(msg, args...)
 	return true
+}
+
+// maxAnnounced bounds the kinds of failure said in one run; past it the rest are counted only.
+const maxAnnounced = 16
+
+// failureKind names a failure by what went wrong, not by its words: a dial error's message
+// holds the local port, which differs on every attempt.
+func failureKind(err error, reason string) string {
+	var e *realtime.Error
+	if errors.As(err, &e) && e.Code != "" {
+		return fmt.Sprintf("%v/%s", e.Class, e.Code)
+	}
+	return reason
 }
 
 func (l *loop) configRetryWait() time.Duration {
@@ -748,12 +798,12 @@ func (l *loop) configError(err error) {
 	s.setState(StateError, msg, func(st *Status) { l.clearSession(st); st.LastError, st.NextAttempt = msg, at })
 }
 
-func (l *loop) scheduleRetry(reason string) {
+func (l *loop) scheduleRetry(kind, reason string) {
 	s := l.s
 	wait := s.backoff(l.failures)
 	at := s.now().Add(wait)
 	l.retryAt = at
-	if l.announce(reason, "agent: reconnecting", "wait", wait) {
+	if l.announce(kind, reason, "agent: reconnecting", "wait", wait) {
 		s.bus.publish(Lifecycle{Kind: "reconnect", Reason: reason, At: s.now()})
 	}
 	s.setState(StateReconnecting, reason, func(st *Status) {
@@ -773,6 +823,7 @@ func (l *loop) judge(lv *live) bool {
 		if lv.healthy {
 			l.failures = 0
 			l.lastReason = "" // the next failure is news
+			clear(l.announced)
 		} else {
 			l.failures++
 		}
@@ -803,10 +854,11 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		l.sessionLost(lv, ev)
 	case realtime.Listen:
 		if lv == l.cur {
+			lv.cutting = false
 			l.onListen(lv)
 		}
 	case realtime.TextDelta:
-		if lv != l.cur {
+		if lv != l.cur || l.cut(lv, ev.ResponseID) {
 			return
 		}
 		l.openReply(lv)
@@ -814,7 +866,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		l.lastActive = s.now()
 		s.bus.publish(TextDelta{SessionID: lv.id, Text: ev.Text})
 	case realtime.AudioDelta:
-		if lv != l.cur || ev.SampleRate <= 0 {
+		if lv != l.cur || ev.SampleRate <= 0 || l.cut(lv, ev.ResponseID) {
 			return
 		}
 		l.openReply(lv)
@@ -823,6 +875,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		l.lastActive = s.now()
 	case realtime.TurnDone:
 		if lv == l.cur {
+			lv.cutting = false
 			l.finishReply(lv)
 		}
 	case realtime.MetricsUpdate:
@@ -851,7 +904,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		}
 	case realtime.Transcript:
 		u := Utterance{Role: "user", Text: ev.Text, SessionID: lv.id, End: s.now(), Partial: !ev.Final,
-			Language: ev.Language, Duration: ev.Duration}
+			Language: ev.Language, Duration: ev.Duration, Confidence: ev.Confidence, Segment: ev.SegmentID}
 		u.Start = u.End.Add(-ev.Duration)
 		if ev.Final {
 			l.remember(u)
@@ -862,18 +915,26 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 			s.bus.publish(VoiceActivity{Source: "server", Speaking: ev.Speaking, At: s.now()})
 		}
 	case realtime.TTSState:
+		lv.cutting = false // a synthesis ends (the cancelled one) or the next begins
 		if !ev.Speaking && lv.resampler != nil && lv == l.cur {
 			s.speaker.Play(lv.resampler.Flush(nil)) // the tail the filter held back
 		}
-		l.ttsState(lv, ev.Speaking)
+		l.ttsState(lv, ev)
 		l.updatePlayback()
 	case realtime.FramesDropped:
-		s.log.Warn("agent: the server dropped audio (it was sent faster than it takes)", "dropped", ev.Dropped)
-		s.bus.publish(Lifecycle{Kind: "audio_dropped", SessionID: lv.id, At: s.now(),
-			Reason: fmt.Sprintf("the server dropped %v of audio: %s", ev.Dropped, ev.Message)})
+		s.serverDropped.Add(int64(ev.Dropped))
+		if l.dropEpisode.news(lv, s.now()) {
+			s.log.Warn("agent: the server drops audio (it was sent faster than it takes); counting until it stops",
+				"dropped", ev.Dropped, "message", ev.Message)
+			s.bus.publish(Lifecycle{Kind: "audio_dropped", SessionID: lv.id, At: s.now(),
+				Reason: fmt.Sprintf("the server dropped %v of audio: %s", ev.Dropped, ev.Message)})
+		}
 	case realtime.RateLimit:
-		// The session already holds its audio back as asked.
-		s.log.Debug("agent: the server asks to slow down", "delay", ev.Delay)
+		// The session already holds its audio back as asked: count it, say it once.
+		s.rateLimits.Add(1)
+		if l.rateEpisode.news(lv, s.now()) {
+			s.log.Info("agent: the server asks to slow down; counting until it stops", "delay", ev.Delay, "message", ev.Message)
+		}
 	case realtime.ErrorEvent:
 		s.log.Warn("agent: server problem (session continues)", "err", ev.Err)
 		s.bus.publish(Lifecycle{Kind: "error", SessionID: lv.id, Reason: ev.Err.Error(), At: s.now()})
@@ -896,6 +957,22 @@ func (lv *live) toSpeakerRate(ev realtime.AudioDelta, log interface{ Warn(string
 		lv.resampler = r
 	}
 	return lv.resampler.Process(nil, ev.Samples)
+}
+
+// cut says whether a reply delta belongs to an interrupted reply, which is not played; a delta
+// of another response ends the cut: the server's next turn has begun.
+func (l *loop) cut(lv *live, resp string) bool {
+	if resp != "" && resp == lv.cutResp {
+		return true
+	}
+	if lv.cutting && (resp == "" || lv.cutResp == "") {
+		return true
+	}
+	lv.cutting = false
+	if resp != "" {
+		lv.replyResp = resp
+	}
+	return false
 }
 
 func (l *loop) openReply(lv *live) {
@@ -944,6 +1021,12 @@ func (l *loop) onListen(lv *live) {
 func (l *loop) interrupted() {
 	if l.cur == nil {
 		return
+	}
+	if lv := l.cur; lv.replyOpen || l.s.speaker.Pending() > 0 {
+		// What the server still sends of this reply is not played, nor what arrived between
+		// the command's flush and now.
+		lv.cutting, lv.cutResp = true, lv.replyResp
+		l.s.speaker.FlushAfter(0)
 	}
 	if l.s.server.Dialect == realtime.DialectOpenVoice {
 		ctx, cancel := context.WithTimeout(l.ctx, time.Second)
@@ -1012,7 +1095,7 @@ func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 		l.connect(false)
 	default:
 		l.failures = max(l.failures, 1)
-		l.scheduleRetry(reason)
+		l.scheduleRetry(failureKind(err, reason), reason)
 	}
 }
 
@@ -1098,7 +1181,7 @@ func (l *loop) rollover(now time.Time) {
 	}
 	if !cur.judged && !l.judge(cur) {
 		l.rolloverNotBefore = later(l.rolloverNotBefore, now.Add(s.backoff(l.failures)))
-		l.announce("rollover too soon", "agent: the session needs its rollover before it was useful; holding the next one back",
+		l.announce("rollover too soon", "rollover too soon", "agent: the session needs its rollover before it was useful; holding the next one back",
 			"session", cur.id, "not_before", l.rolloverNotBefore)
 	}
 	if now.Before(l.rolloverNotBefore) {
@@ -1266,46 +1349,58 @@ func (l *loop) speakOpenVoice(id, text, voice string) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
-	_, err := l.cur.sess.Speak(ctx, realtime.Speech{Text: text, Voice: voice})
+	request, err := l.cur.sess.Speak(ctx, realtime.Speech{Text: text, Voice: voice})
 	cancel()
 	if err != nil {
 		s.bus.publish(Answer{ID: id, Error: err.Error()})
 		return
 	}
 	lv := l.cur
-	p := &pendingSay{id: id, text: text}
+	p := &pendingSay{id: id, text: text, request: request}
 	p.deadline = time.AfterFunc(turnTimeout, func() {
 		s.do(func(l *loop) { l.sayTimedOut(lv, p) })
 	})
 	lv.says = append(lv.says, p)
 }
 
-// ttsState follows tts.speaking_start/end for the oldest pending say.
-func (l *loop) ttsState(lv *live, speaking bool) {
-	if len(lv.says) == 0 {
+// ttsState follows tts.speaking_start/end by request id: another request's events are not a
+// say's. The server runs one synthesis at a time and a newer tts.speak cancels the one running,
+// so when a request's events come, every say sent before it that is still waiting has been
+// superseded, whether or not its speech had begun.
+func (l *loop) ttsState(lv *live, ev realtime.TTSState) {
+	i := slices.IndexFunc(lv.says, func(p *pendingSay) bool { return p.request == ev.RequestID })
+	if i < 0 {
 		return
 	}
+	for _, p := range lv.says[:i] {
+		p.deadline.Stop()
+		l.s.bus.publish(Answer{ID: p.id, Error: "the speech was cancelled by a newer say"})
+	}
+	lv.says = lv.says[i:]
 	p := lv.says[0]
-	if speaking {
+	if ev.Speaking {
 		p.started = true
 		return
 	}
-	if !p.started {
-		return // the end of something spoken before this request
-	}
 	lv.says = lv.says[1:]
 	p.deadline.Stop()
+	if ev.Cancelled {
+		l.s.bus.publish(Answer{ID: p.id, Error: "the speech was cancelled before it was complete"})
+		return
+	}
 	l.s.bus.publish(Answer{ID: p.id, Text: p.text})
 }
 
 // sayFailed: a server error while a say waits for its speech to start is that say's failure
-// (a failed synthesis gives only an error).
+// (a failed synthesis gives only an error, and carries no request id): the newest say not yet
+// speaking is the request the server just refused.
 func (l *loop) sayFailed(lv *live, msg string) {
-	if len(lv.says) == 0 || lv.says[0].started {
+	i := len(lv.says) - 1
+	if i < 0 || lv.says[i].started {
 		return
 	}
-	p := lv.says[0]
-	lv.says = lv.says[1:]
+	p := lv.says[i]
+	lv.says = lv.says[:i]
 	p.deadline.Stop()
 	l.s.bus.publish(Answer{ID: p.id, Error: "the server refused the speech: " + msg})
 }

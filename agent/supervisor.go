@@ -108,6 +108,9 @@ type Supervisor struct {
 	// dropping is set while audio is being dropped: the first drop of an episode is announced,
 	// the rest only counted.
 	dropping atomic.Bool
+	// The server's flow control (OpenVoice): audio it dropped (nanoseconds of audio) and the
+	// times it asked us to slow down. Counted, and said once per episode (see serverFlow).
+	serverDropped, rateLimits atomic.Int64
 	// delivered counts the chunks of sessions already left behind that reached the server.
 	delivered atomic.Uint64
 	// Traffic of sessions already left behind; the active one's is added in Status.
@@ -266,6 +269,8 @@ func (s *Supervisor) Status() Status {
 	_, dc, ds := s.backlog.stats()
 	st.ChunksDropped = dc
 	st.SecondsDropped = float64(ds) / inputRate
+	st.ServerDroppedS = time.Duration(s.serverDropped.Load()).Seconds()
+	st.RateLimits = s.rateLimits.Load()
 	st.BytesUp, st.BytesDown = s.bytesUp.Load(), s.bytesDown.Load()
 	if l := s.active.Load(); l != nil {
 		st.SessionAge = s.now().Sub(l.started).Seconds()

@@ -629,6 +629,7 @@ func (b *Bridge) publishStats(c paho.Client, ob *outbox) {
 		SessionAgeS: math.Round(st.SessionAge*10) / 10, KVCacheLength: st.KVCacheLength,
 		Reconnects: st.Reconnects, Rollovers: st.Rollovers,
 		ChunksDropped: st.ChunksDropped, AudioDroppedS: st.SecondsDropped,
+		ServerDroppedS: math.Round(st.ServerDroppedS*1000) / 1000, RateLimits: st.RateLimits,
 		OutboxPending: n, OutboxBytes: bytes, OutboxDropped: dropped, OutboxFailed: b.outboxFailed.Load(),
 		MQTTReconnects: reconnects, BytesUp: st.BytesUp, BytesDown: st.BytesDown,
 		PlaybackUnderruns: st.PlaybackUnderruns, LastStep: st.LastStep,

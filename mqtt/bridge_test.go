@@ -83,7 +83,7 @@ func TestTopicsAndPayloads(t *testing.T) {
 	fa.emit(agent.Utterance{Role: "user", Text: "speech 0.5s", SessionID: "sess-1", Partial: true})
 	fa.emit(agent.Utterance{Role: "assistant", Text: "Hello there", SessionID: "sess-1", Start: start, End: start.Add(2 * time.Second)})
 	fa.emit(agent.Utterance{Role: "user", Text: "Hola", SessionID: "sess-1", Start: start, End: start.Add(1500 * time.Millisecond),
-		Language: "es", Duration: 1500 * time.Millisecond})
+		Language: "es", Duration: 1500 * time.Millisecond, Confidence: 0.87, Segment: 2})
 	trs := w.waitCount(p+"transcript", 2, wait)
 	tr, user := trs[0].json(t), trs[1].json(t)
 	ids := map[any]bool{}
@@ -100,8 +100,8 @@ func TestTopicsAndPayloads(t *testing.T) {
 	if fmt.Sprint(tr) != fmt.Sprint(want) {
 		t.Errorf("transcript %v, want %v", tr, want)
 	}
-	if user["event_type"] != "user" || user["language"] != "es" || user["duration_s"] != 1.5 {
-		t.Errorf("user transcript %v: want its language and duration", user)
+	if user["event_type"] != "user" || user["language"] != "es" || user["duration_s"] != 1.5 || user["confidence"] != 0.87 || user["segment_id"] != float64(2) {
+		t.Errorf("user transcript %v: want its language, duration, confidence and segment", user)
 	}
 	parts := w.waitCount(p+"transcript/partial", 3, wait)
 	if parts[1].json(t)["text"] != "Hello there" || parts[2].json(t)["role"] != "user" {
@@ -137,13 +137,19 @@ func TestTopicsAndPayloads(t *testing.T) {
 		t.Errorf("answers %v", ans)
 	}
 
-	// Stats.
-	stats := w.waitFor(p+"stats", wait, nil).json(t)
+	// Stats, with the server's flow control counted.
+	fa.mu.Lock()
+	fa.status.ServerDroppedS, fa.status.RateLimits = 1.25, 3
+	fa.mu.Unlock()
+	stats := w.waitFor(p+"stats", wait, jsonField(t, "server_rate_limits", float64(3))).json(t)
 	for _, k := range []string{"uptime_s", "session_age_s", "kv_cache_length", "reconnects", "rollovers", "chunks_sent", "chunks_dropped",
 		"outbox_pending", "outbox_dropped", "outbox_write_errors", "cpu_s", "rss_bytes", "bytes_up", "bytes_down"} {
 		if _, ok := stats[k]; !ok {
 			t.Errorf("stats has no %q: %v", k, stats)
 		}
+	}
+	if stats["server_audio_dropped_s"] != 1.25 {
+		t.Errorf("stats server_audio_dropped_s %v, want the agent's 1.25", stats["server_audio_dropped_s"])
 	}
 
 	// Clean shutdown: offline, retained.

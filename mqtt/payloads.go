@@ -93,6 +93,10 @@ type transcriptPayload struct {
 	End       string  `json:"end,omitempty"`
 	Language  string  `json:"language,omitempty"`
 	DurationS float64 `json:"duration_s,omitempty"`
+	// Confidence (0..1) and SegmentID are the server's, for the user's words (OpenVoice): a
+	// phrase's partials and its final share a segment.
+	Confidence float64 `json:"confidence,omitempty"`
+	SegmentID  *int    `json:"segment_id,omitempty"`
 }
 
 func rfc3339(t time.Time) string {
@@ -103,8 +107,14 @@ func rfc3339(t time.Time) string {
 }
 
 func buildTranscript(u agent.Utterance) transcriptPayload {
-	return transcriptPayload{Role: u.Role, Text: u.Text, SessionID: u.SessionID, Start: rfc3339(u.Start), End: rfc3339(u.End),
-		Language: u.Language, DurationS: math.Round(u.Duration.Seconds()*1000) / 1000}
+	p := transcriptPayload{Role: u.Role, Text: u.Text, SessionID: u.SessionID, Start: rfc3339(u.Start), End: rfc3339(u.End),
+		Language: u.Language, DurationS: math.Round(u.Duration.Seconds()*1000) / 1000,
+		Confidence: math.Round(u.Confidence*1000) / 1000}
+	if u.Role == "user" {
+		seg := u.Segment
+		p.SegmentID = &seg
+	}
+	return p
 }
 
 // eventPayload is <prefix>/event.
@@ -133,14 +143,17 @@ type answerStreamPayload struct {
 
 // statsPayload is <prefix>/stats.
 type statsPayload struct {
-	UptimeS        float64  `json:"uptime_s"`
-	SessionAgeS    float64  `json:"session_age_s"`
-	KVCacheLength  int      `json:"kv_cache_length"`
-	Reconnects     int      `json:"reconnects"`
-	Rollovers      int      `json:"rollovers"`
-	ChunksSent     uint64   `json:"chunks_sent"`
-	ChunksDropped  uint64   `json:"chunks_dropped"`
-	AudioDroppedS  float64  `json:"audio_dropped_s"`
+	UptimeS       float64 `json:"uptime_s"`
+	SessionAgeS   float64 `json:"session_age_s"`
+	KVCacheLength int     `json:"kv_cache_length"`
+	Reconnects    int     `json:"reconnects"`
+	Rollovers     int     `json:"rollovers"`
+	ChunksSent    uint64  `json:"chunks_sent"`
+	ChunksDropped uint64  `json:"chunks_dropped"`
+	AudioDroppedS float64 `json:"audio_dropped_s"`
+	// The server's flow control (OpenVoice): audio it dropped, and its requests to slow down.
+	ServerDroppedS float64  `json:"server_audio_dropped_s"`
+	RateLimits     int64    `json:"server_rate_limits"`
 	EventsDropped  *uint64  `json:"events_dropped,omitempty"`
 	OutboxPending  int      `json:"outbox_pending"`
 	OutboxBytes    int64    `json:"outbox_bytes"`

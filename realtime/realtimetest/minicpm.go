@@ -172,7 +172,24 @@ func (s *session) step(a *appendMsg, at time.Time) {
 	speech := hasSpeech(a.Audio, inputRate, dbfsToAmplitude(s.srv.opts.SpeechDBFS))
 	forced := s.accepted <= s.forceListen || a.ForceListen
 	resp := ""
+	if len(s.reply) > 0 && a.ForceListen && s.lateSteps == 0 {
+		s.srv.update(func() { s.rec.Interrupts = append(s.rec.Interrupts, len(s.rec.ReplyAudio)) })
+		s.lateSteps = s.srv.opts.InterruptLag
+	}
 	switch {
+	case len(s.reply) > 0 && s.lateSteps > 0: // interrupted, but still streaming what it had
+		s.lateSteps--
+		if speech {
+			s.heard = append(s.heard, a.Audio...)
+		}
+		resp = s.emitReplyChunk("")
+		if s.lateSteps == 0 && len(s.reply) > 0 {
+			s.reply = nil
+			s.endTurn(resp)
+		}
+		if len(s.reply) == 0 {
+			s.lateSteps = 0
+		}
 	case len(s.reply) > 0 && a.ForceListen: // barge-in: stop at once, discard the rest
 		s.reply = nil
 		if speech {
@@ -270,14 +287,22 @@ func (s *session) emitReplyChunk(text string) string {
 		return s.replyResp
 	}
 	s.currentDelta("audio", s.replyResp, map[string]any{"audio": encodeFloat32(chunk)}, 0)
-	switch {
-	case last && s.srv.opts.DuplexDone: // the C++ backend's end of a spoken turn
-		s.sendJSON(map[string]any{"type": "response.done", "session_id": s.sid, "response_id": s.replyResp,
-			"reason": "turn_end", "metrics": s.metrics(0), "server_send_ts": s.serverTS()})
-	case last:
-		s.emitListen(s.replyResp) // the PyTorch backend's end of a spoken turn
+	if last {
+		s.endTurn(s.replyResp)
 	}
 	return s.replyResp
+}
+
+// endTurn ends a spoken reply: the C++ backend's response.done (DuplexDone), else the PyTorch
+// backend's extra listen; legacy end_of_turn rides on the last delta, so the rest of a cut
+// reply ends with response.listen.
+func (s *session) endTurn(resp string) {
+	if s.dialect == Current && s.srv.opts.DuplexDone {
+		s.sendJSON(map[string]any{"type": "response.done", "session_id": s.sid, "response_id": resp,
+			"reason": "turn_end", "metrics": s.metrics(0), "server_send_ts": s.serverTS()})
+		return
+	}
+	s.emitListen(resp)
 }
 
 // chatTurn answers one chat-mode input.append.

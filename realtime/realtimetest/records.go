@@ -28,12 +28,16 @@ type SessionRecord struct {
 
 	QueuedPositions []int // positions announced: session.queued and every session.queue_update
 
-	Init         InitRecord     // what the client configured the session with
-	Appends      []AppendRecord // every accepted full-duplex input chunk (OpenVoice: every binary frame)
-	Audio        []float32      // every accepted input sample concatenated, 16 kHz mono
-	ReplyAudio   []float32      // every full-duplex reply sample sent, concatenated, 24 kHz mono
-	ChatRequests []ChatRecord   // every accepted chat-mode input.append
-	TTSRequests  []TTSRecord    // OpenVoice: every accepted tts.speak, in order
+	Init       InitRecord     // what the client configured the session with
+	Appends    []AppendRecord // every accepted full-duplex input chunk (OpenVoice: every binary frame)
+	Audio      []float32      // every accepted input sample concatenated, 16 kHz mono
+	ReplyAudio []float32      // every full-duplex reply sample sent, concatenated, 24 kHz mono
+	// Interrupts holds, for every force_listen that interrupted a reply, how much of ReplyAudio
+	// had been sent before it: what follows belongs to the interrupted reply (Options.InterruptLag)
+	// until the next reply.
+	Interrupts   []int
+	ChatRequests []ChatRecord // every accepted chat-mode input.append
+	TTSRequests  []TTSRecord  // OpenVoice: every accepted tts.speak, in order
 	// Commits counts OpenVoice input_audio_buffer.commit commands.
 	Commits int
 	// DroppedFrames counts OpenVoice binary frames the server's flow control dropped (its
@@ -160,6 +164,7 @@ func (r *SessionRecord) clone() SessionRecord {
 	}
 	c.Audio = slices.Clone(r.Audio)
 	c.ReplyAudio = slices.Clone(r.ReplyAudio)
+	c.Interrupts = slices.Clone(r.Interrupts)
 	if r.ChatRequests != nil {
 		c.ChatRequests = make([]ChatRecord, len(r.ChatRequests))
 		for i, q := range r.ChatRequests {

@@ -125,6 +125,10 @@ type Options struct {
 	// Reply, when set, is the audio (24 kHz mono) the full-duplex parrot answers with instead
 	// of what it heard: a model that talks for as long as a test needs.
 	Reply []float32
+	// InterruptLag: a reply interrupted by force_listen goes on for this many more steps (one
+	// audio delta each, under the same response id) before the server listens, as real gateways
+	// keep streaming for a while what they had generated. 0 stops at once.
+	InterruptLag int
 	// InFlightGrace: input arriving this soon after a session.closed that left the socket open
 	// (legacy context_full, OpenVoice, a keep-open close fault) was sent before the client could
 	// know; it is ignored (counted), not rejected. Default 2s; <0: none.

@@ -67,6 +67,7 @@ type session struct {
 	heard       []float32
 	reply       [][]float32
 	replyResp   string
+	lateSteps   int // steps the interrupted reply still streams (Options.InterruptLag)
 	respN       int
 	lastFrame   *FrameInfo
 
