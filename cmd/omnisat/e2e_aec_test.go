@@ -33,19 +33,11 @@ func readAt(t *testing.T, path string, rate int) []float32 {
 	return s
 }
 
-func levelDB(s []float32) float64 {
-	var e float64
-	for _, v := range s {
-		e += float64(v) * float64(v)
-	}
-	return 10 * math.Log10(e/float64(max(len(s), 1))+1e-20)
-}
-
 // onset is the first sample where s gets louder than -40 dBFS over 10 ms.
 func onset(s []float32) int {
 	const win = e2eRate / 100
 	for i := 0; i+win <= len(s); i += win / 2 {
-		if levelDB(s[i:i+win]) > -40 {
+		if signaltest.LevelDB(s[i:i+win]) > -40 {
 			return i
 		}
 	}
@@ -335,10 +327,10 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 		var line []float64
 		for i := echoAt; i+half <= userOn; i += half {
 			h, u := heardUp(i, i+half)
-			if levelDB(h) < -50 { // a pause in the story: nothing to cancel
+			if signaltest.LevelDB(h) < -50 { // a pause in the story: nothing to cancel
 				continue
 			}
-			erle := levelDB(h) - levelDB(u)
+			erle := signaltest.LevelDB(h) - signaltest.LevelDB(u)
 			if len(line) < 8 {
 				line = append(line, math.Round(erle*10)/10)
 			}
@@ -349,7 +341,7 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 		var windows []float64 // ERLE per 5 s after learning: where it degrades, if it does
 		for i := echoAt + 2*e2eRate; i+5*e2eRate <= userOn; i += 5 * e2eRate {
 			h, u := heardUp(i, i+5*e2eRate)
-			windows = append(windows, math.Round((levelDB(h)-levelDB(u))*10)/10)
+			windows = append(windows, math.Round((signaltest.LevelDB(h)-signaltest.LevelDB(u))*10)/10)
 		}
 		t.Logf("ERLE per 5 s from 2 s on: %v dB", windows)
 		// What a dip in ERLE or a false barge-in comes with, when the machine is busy: where each
@@ -381,10 +373,10 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 			track(reply16, spk16, 0, spkAt, n), track(spk16, sc.heard, spkAt, echoAt, n),
 			float64(upUserAt-userAt-sc.shift)/e2eRate*1000, underruns, late.Round(time.Millisecond))
 		h, u := heardUp(echoAt+2*e2eRate, userOn-e2eRate/10)
-		erle := levelDB(h) - levelDB(u)
+		erle := signaltest.LevelDB(h) - signaltest.LevelDB(u)
 		t.Logf("echo at the microphone %.1f dBFS; sent to the server after 2 s %.1f dBFS: ERLE %.1f dB over %.1f s; "+
 			"per half second from the start: %v dB; ≥ 20 dB after %.1f s",
-			levelDB(h), levelDB(u), erle, float64(len(h))/e2eRate, line, float64(converged)/e2eRate)
+			signaltest.LevelDB(h), signaltest.LevelDB(u), erle, float64(len(h))/e2eRate, line, float64(converged)/e2eRate)
 		if erle < 20 {
 			t.Errorf("ERLE %.1f dB, want ≥ 20", erle)
 		}
@@ -416,7 +408,7 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 		}
 		var levels []float64 // what the barge-in detector had to go on: 20 ms levels upstream from the onset
 		for i := userOnUp; i+e2eRate/50 <= min(len(sc.up), userOnUp+e2eRate/2); i += e2eRate / 50 {
-			levels = append(levels, math.Round(levelDB(sc.up[i:i+e2eRate/50])))
+			levels = append(levels, math.Round(signaltest.LevelDB(sc.up[i:i+e2eRate/50])))
 		}
 		t.Logf("upstream level per 20 ms from the user's onset: %v dBFS", levels)
 		bargeIn := time.Duration(float64(flEnd-userOnUp) / e2eRate * float64(time.Second))
@@ -464,7 +456,7 @@ func TestEndToEndEchoCancellation(t *testing.T) {
 			}
 		}
 		t.Logf("mute: echo at the microphone %.1f dBFS over %.1f s; %d non-zero samples reached the server (peak %.5f)",
-			levelDB(sc.heard[echoAt:end]), float64(end-echoAt)/e2eRate, leaked, loudest)
+			signaltest.LevelDB(sc.heard[echoAt:end]), float64(end-echoAt)/e2eRate, leaked, loudest)
 		if leaked > 0 {
 			t.Errorf("%d samples of the echo reached the server in mute mode", leaked)
 		}

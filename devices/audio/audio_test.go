@@ -217,7 +217,7 @@ func TestRing(t *testing.T) {
 		r.write(frame(i))
 	}
 	dst := make([]float32, 8)
-	if n, _, _, _ := r.readFrom(dst[:7]); n != 6 || dst[0] != 0 || dst[5] != -2 { // whole frames only
+	if n, _, _ := r.readFrom(dst[:7]); n != 6 || dst[0] != 0 || dst[5] != -2 { // whole frames only
 		t.Fatalf("read 7 of 12: n=%d %v", n, dst)
 	}
 	for i := 6; i < 20; i++ { // 14 more into 8 frames of room with 3 held: 9 dropped
@@ -228,7 +228,7 @@ func TestRing(t *testing.T) {
 		t.Errorf("written %d dropped %d, want 20 and 9", w, d)
 	}
 	got := make([]float32, 16)
-	if n, _, _, _ := r.readFrom(got); n != 16 || got[0] != 12 || got[14] != 19 || got[15] != -19 {
+	if n, _, _ := r.readFrom(got); n != 16 || got[0] != 12 || got[14] != 19 || got[15] != -19 {
 		t.Errorf("after overflow read %d: %v (want frames 12..19)", n, got)
 	}
 	big := make([]float32, 40) // more than the ring at once
@@ -236,11 +236,11 @@ func TestRing(t *testing.T) {
 		big[i] = float32(i)
 	}
 	r.write(big)
-	if n, _, _, _ := r.readFrom(got); n != 16 || got[0] != 24 {
+	if n, _, _ := r.readFrom(got); n != 16 || got[0] != 24 {
 		t.Errorf("oversized write: read %d starting %v, want 16 from 24", n, got[0])
 	}
 	r.write([]float32{1}) // a partial frame is ignored
-	if n, _, _, _ := r.readFrom(got); n != 0 {
+	if n, _, _ := r.readFrom(got); n != 0 {
 		t.Errorf("partial frame was stored: %d", n)
 	}
 }

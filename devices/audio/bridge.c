@@ -62,7 +62,6 @@ static void ringCopy(omnisatBridge *b, uint64_t pos, float *flat, uint64_t n, in
 int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 		const PaStreamCallbackTimeInfo *timeInfo, PaStreamCallbackFlags flags, void *user) {
 	omnisatBridge *b = user;
-	(void)flags;
 	double at = 0;
 	if (timeInfo) {
 		at = in ? timeInfo->inputBufferAdcTime : timeInfo->outputBufferDacTime;
@@ -73,14 +72,29 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 	if (b->input) {
 		uint64_t w = b->w, r = __atomic_load_n(&b->r, __ATOMIC_ACQUIRE);
 		if (!in || frames > b->cap - (w - r) || rw - rr >= OMNISAT_RECORDS) {
+			// Go is a whole ring behind: these frames are lost, and the next record says how
+			// many, so that the capture's sample count stays true.
+			b->lost += frames;
 			__atomic_fetch_add(&b->dropped, frames, __ATOMIC_RELAXED);
 			return paContinue;
 		}
 		ringCopy(b, w, (float *)in, frames, 1);
-		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){at, w, frames};
+		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){at, w, frames, frames, b->lost, flags};
+		b->lost = 0;
 		__atomic_store_n(&b->w, w + frames, __ATOMIC_RELEASE);
 		__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
 	} else {
+		float *o = out;
+		if (rw - rr >= OMNISAT_RECORDS) {
+			// No room to record what is played (Go has not looked for that many buffers):
+			// play silence, which the next record reports, so that the echo reference still
+			// holds what the speaker played, sample for sample.
+			memset(o, 0, frames * (uint64_t)b->channels * sizeof(float));
+			b->lost += frames;
+			__atomic_fetch_add(&b->dropped, frames, __ATOMIC_RELAXED);
+			wake(b);
+			return paContinue;
+		}
 		uint64_t r = b->r, w = __atomic_load_n(&b->w, __ATOMIC_ACQUIRE);
 		if (w - r < frames && w > 0) {
 			// Go is late with the next frames (a busy board): wake it and give it a few
@@ -94,15 +108,13 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 			}
 		}
 		uint64_t n = frames < w - r ? frames : w - r;
-		float *o = out;
 		ringCopy(b, r, o, n, 0);
 		memset(o + n * (uint64_t)b->channels, 0, (frames - n) * (uint64_t)b->channels * sizeof(float));
 		if (n < frames && w > 0)
 			__atomic_fetch_add(&b->dropped, frames - n, __ATOMIC_RELAXED);
-		if (rw - rr < OMNISAT_RECORDS) {
-			b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){at, r, frames};
-			__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
-		}
+		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){at, r, frames, n, b->lost, flags};
+		b->lost = 0;
+		__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
 		__atomic_store_n(&b->r, r + n, __ATOMIC_RELEASE);
 	}
 	wake(b);

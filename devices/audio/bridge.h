@@ -8,11 +8,17 @@
 #define OMNISAT_RECORDS 64
 
 // One device buffer: when its first frame met the converter (PortAudio's stream clock), where
-// it starts in the ring's frame count, and how many frames it held.
+// it starts in the ring's frame count, how many frames it held and (output) how many of them
+// came from the ring (the rest was silence), how many frames just before it Go never saw
+// (input lost because Go was a whole ring behind; output played as silence when there was no
+// room to record it), and PortAudio's status flags (an xrun: the host restarted the device).
 typedef struct {
 	double at;
 	uint64_t pos;
 	uint64_t frames;
+	uint64_t filled;
+	uint64_t lost;
+	uint64_t flags;
 } omnisatRecord;
 
 // A single-producer, single-consumer ring of interleaved float32 frames between the stream
@@ -26,6 +32,7 @@ typedef struct {
 	omnisatRecord rec[OMNISAT_RECORDS];
 	uint64_t rw, rr;  // records written (callback) and read (Go)
 	uint64_t dropped; // input: frames lost because Go fell a ring behind; output: silence played because Go was late
+	uint64_t lost;    // the callback's own: frames since the last record that no record reports yet
 	int32_t finished; // PortAudio stopped the stream
 	int32_t graceMs;  // output: how long a callback waits for Go when the ring runs short
 	int32_t channels;

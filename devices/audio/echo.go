@@ -2,6 +2,7 @@ package audio
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"sync"
@@ -26,15 +27,17 @@ const (
 )
 
 // refHistory is how much played audio the reference keeps for the microphone to line up with:
-// more than any device buffering plus the canceller's filter.
+// more than any device buffering plus the canceller's filter. A frame whose reference is older
+// than that (a microphone reader seconds behind) is muted rather than guessed.
 const refHistory = 2 * time.Second
 
 // EchoReference carries what the speaker played (after its volume, at the speaker's rate) to
 // the microphone's echo canceller. Give the same reference to SpeakerConfig.Echo and
-// MicConfig.Clean.Reference. Both stream callbacks stamp their buffers with PortAudio's stream
-// clock, so the microphone lines each captured sample up with the sample the speaker was
-// playing at that moment, by sample counts and converter timestamps rather than by when the
-// callbacks happened to run. Safe for concurrent use.
+// MicConfig.Clean.Reference. It holds what the device played sample for sample — including the
+// silence played when the speaker's pump was late — so that its index advances exactly with the
+// speaker's own sample clock, whatever the timing of the callbacks; PortAudio's converter
+// timestamps only place the two streams against each other (see echoAligner). Safe for
+// concurrent use.
 type EchoReference struct {
 	epoch time.Time // the stand-in clock when PortAudio gives no timestamps
 
@@ -43,10 +46,18 @@ type EchoReference struct {
 	buf     []float32
 	written int64
 	fit     clockFit
+	// stopped: the speaker is lost, so nothing plays beyond written until a new stream writes.
+	stopped bool
+	// advanced is closed (and replaced) when written grows or the speaker stops, once someone
+	// asked to watch it: the microphone waits on it for a speaker whose pump is late.
+	advanced chan struct{}
+	watched  bool
 }
 
 // NewEchoReference makes an empty reference; the speaker sets its rate when it opens.
-func NewEchoReference() *EchoReference { return &EchoReference{epoch: time.Now()} }
+func NewEchoReference() *EchoReference {
+	return &EchoReference{epoch: time.Now(), advanced: make(chan struct{})}
+}
 
 // attach sizes the reference for the speaker's rate (the first open only).
 func (r *EchoReference) attach(rate int) {
@@ -66,87 +77,217 @@ func (r *EchoReference) clock(at float64) float64 {
 	return time.Since(r.epoch).Seconds()
 }
 
-// write appends played samples; at is when the first of them met the converter (0: unknown).
-// It does not allocate; the lock is held for the copy only.
-func (r *EchoReference) write(played []float32, at float64) {
-	r.writeStamped(played, r.clock(at), true)
-}
-
-// writeMore appends samples that continue the last write.
-func (r *EchoReference) writeMore(played []float32) { r.writeStamped(played, 0, false) }
-
-func (r *EchoReference) writeStamped(played []float32, at float64, stamped bool) {
+// play appends what one device buffer played: first lost samples of silence (played with
+// nothing recorded), then played, whose first sample met the converter at at (0: unknown).
+// ev says what became of the speaker's timeline before played (see timelineEvent). It does not
+// allocate unless someone watches; the lock is held for the copy only.
+func (r *EchoReference) play(played []float32, at float64, lost int, ev timelineEvent) {
+	at = r.clock(at)
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.buf == nil {
-		r.mu.Unlock()
 		return
 	}
-	if stamped {
-		r.fit.add(r.written, at, r.rate)
+	r.appendLocked(nil, lost)
+	r.fit.note(ev)
+	r.fit.add(r.written, at, r.rate)
+	r.stopped = false
+	r.appendLocked(played, len(played))
+}
+
+// playMore appends samples that continue the last play.
+func (r *EchoReference) playMore(played []float32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.buf != nil {
+		r.appendLocked(played, len(played))
 	}
-	for len(played) > 0 {
+}
+
+// appendLocked appends n samples of s (nil: silence) and wakes a watcher.
+func (r *EchoReference) appendLocked(s []float32, n int) {
+	if n == 0 {
+		return
+	}
+	for n > 0 {
 		w := int(r.written % int64(len(r.buf)))
-		k := copy(r.buf[w:], played)
-		played = played[k:]
+		k := min(n, len(r.buf)-w)
+		if s == nil {
+			clear(r.buf[w : w+k])
+		} else {
+			copy(r.buf[w:w+k], s[:k])
+			s = s[k:]
+		}
+		n -= k
 		r.written += int64(k)
 	}
-	r.mu.Unlock()
+	r.wakeLocked()
 }
 
-// read copies the played samples from index from on into dst; what is not (or no longer)
-// there reads as silence.
-func (r *EchoReference) read(dst []float32, from int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	oldest := r.written - int64(len(r.buf))
-	for i := range dst {
-		j := from + int64(i)
-		if j < 0 || j < oldest || j >= r.written {
-			dst[i] = 0
-			continue
-		}
-		dst[i] = r.buf[j%int64(len(r.buf))]
+func (r *EchoReference) wakeLocked() {
+	if r.watched {
+		close(r.advanced)
+		r.advanced, r.watched = make(chan struct{}), false
 	}
 }
 
-// timing returns the speaker's rate and its index at clock time 0 (ok=false before the
-// speaker has played anything).
-func (r *EchoReference) timing() (rate int, base float64, ok bool) {
+// stop says the speaker is lost: until a new stream plays, nothing plays beyond what was
+// written, so the microphone need not wait for it.
+func (r *EchoReference) stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	base, ok = r.fit.base()
-	return r.rate, base, ok
+	r.stopped = true
+	r.wakeLocked()
 }
+
+// watch returns a channel that is closed when more has been played (or the speaker stopped).
+func (r *EchoReference) watch() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watched = true
+	return r.advanced
+}
+
+// refState is whether a stretch of the reference can be known.
+type refState int
+
+const (
+	refReady   refState = iota // all of it: played, or nothing was playing
+	refPending                 // not all played yet (the speaker's pump is late): wait for it
+	refGone                    // partly overwritten already: unknown
+)
+
+// read copies the played samples from index from on into dst. Before the speaker's first
+// sample and beyond the end of a stopped speaker it is silence (nothing played); when some of
+// it is not played yet, it copies nothing and says refPending.
+func (r *EchoReference) read(dst []float32, from int64) refState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if from+int64(len(dst)) > r.written && !r.stopped {
+		return refPending
+	}
+	oldest := r.written - int64(len(r.buf))
+	state := refReady
+	for i := range dst {
+		j := from + int64(i)
+		switch {
+		case j < 0 || j >= r.written:
+			dst[i] = 0
+		case j < oldest:
+			dst[i], state = 0, refGone
+		default:
+			dst[i] = r.buf[j%int64(len(r.buf))]
+		}
+	}
+	return state
+}
+
+// peak is the loudest of the samples [from, from+n) played so far (0 for what is not there).
+func (r *EchoReference) peak(from int64, n int) float32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var p float32
+	for j := max(from, r.written-int64(len(r.buf)), 0); j < min(from+int64(n), r.written); j++ {
+		v := r.buf[j%int64(len(r.buf))]
+		p = max(p, v, -v)
+	}
+	return p
+}
+
+// timing returns the speaker's rate and the timing of its current timeline.
+func (r *EchoReference) timing() (int, streamTiming) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rate, r.fit.timing()
+}
+
+// streamTiming places a stream's sample index on PortAudio's clock: index base at time 0 (and
+// so index base + t·rate at time t). era counts the stream's timelines: it changes when a new
+// stream opens.
+type streamTiming struct {
+	base float64
+	era  int64
+	ok   bool // false before the first callback of the era
+	// firm: measured over enough callbacks since the era began or the host's last xrun for a
+	// late callback or two not to decide the median.
+	firm bool
+	// recent is the median of the latest hintWindow values alone: quick to show a step, and
+	// as quick to be disturbed; a hint, never a reason to re-align.
+	recent float64
+}
+
+// timelineEvent is what a device buffer says about its stream's timeline.
+type timelineEvent int
+
+const (
+	timelineGoesOn timelineEvent = iota
+	// timelineNew: a new stream (the first open or a reopened device): nothing measured
+	// before says anything about it, so the echo is aligned afresh.
+	timelineNew
+	// timelineXrun: the host reported an xrun. It may have moved the timeline by samples
+	// nobody counted — or not (PulseAudio's plugin reports them while its own stream plays
+	// on): the timing is measured afresh, and only a measured move is acted on, as evidence
+	// (see echoAligner).
+	timelineXrun
+)
 
 // clockFit tracks the sample index a stream would have at clock time 0 (index − time·rate at
 // each callback) as the median of the last fitWindow callbacks: PulseAudio's timestamps jitter
-// by a few milliseconds with one-sided outliers, a stream's first second drifts while it
-// settles, and the clocks of two devices drift apart slowly; the median ignores the outliers
-// and follows the rest within about a second.
+// by a few milliseconds with one-sided outliers, which the median ignores, and a step (a stream
+// restarted, or the timestamps themselves shifted by a late callback) shows within about
+// eight callbacks, so that a dispute with the held alignment (see echoAligner) is raised before
+// much echo can pass.
 type clockFit struct {
-	n    int // callbacks seen
+	n    int // callbacks seen in this era
+	era  int64
 	last [fitWindow]float64
 }
 
-const fitWindow = 63
+const fitWindow = 15
 
 func (f *clockFit) add(index int64, at float64, rate int) {
 	f.last[f.n%fitWindow] = float64(index) - at*float64(rate)
 	f.n++
 }
 
-// base is the median of the recent values; ok is false before the first callback.
-func (f *clockFit) base() (float64, bool) {
+// fitFirm is how many callbacks make a median firm (more than half the window).
+const fitFirm = fitWindow/2 + 1
+
+// note starts measuring afresh after a new stream (a new era) or an xrun (the same era).
+func (f *clockFit) note(ev timelineEvent) {
+	switch ev {
+	case timelineNew:
+		f.n, f.era = 0, f.era+1
+	case timelineXrun:
+		f.n = 0
+	}
+}
+
+// timing is the median of the recent values of this era.
+func (f *clockFit) timing() streamTiming {
 	k := min(f.n, fitWindow)
 	if k == 0 {
-		return 0, false
+		return streamTiming{era: f.era}
 	}
 	var v [fitWindow]float64
 	copy(v[:], f.last[:k])
 	s := v[:k]
 	slices.Sort(s)
-	return s[k/2], true
+	t := streamTiming{base: s[k/2], era: f.era, ok: true, firm: f.n >= fitFirm, recent: s[k/2]}
+	if k >= hintWindow {
+		var r [hintWindow]float64
+		for i := range r {
+			r[i] = f.last[(f.n-1-i)%fitWindow]
+		}
+		slices.Sort(r[:])
+		t.recent = r[hintWindow/2]
+	}
+	return t
 }
+
+// hintWindow is how many of the latest callbacks give the first hint of a move: a step shows
+// after two of them, a single late callback does not.
+const hintWindow = 3
 
 // CleanConfig is what the microphone does to its signal at the capture rate, before resampling.
 type CleanConfig struct {
@@ -188,40 +329,77 @@ func (c CleanConfig) validate() error {
 }
 
 // cleaner runs on the microphone's reader: it cuts the mono capture into the processor's
-// frames, fetches the reference aligned with each, and cancels, mutes or preprocesses.
+// frames, fetches the reference aligned with each, and cancels, mutes or preprocesses a whole
+// device buffer of frames in one call. It never guesses the reference: frames whose reference
+// the speaker has not recorded yet wait for it (see waiting), and a stretch that can no longer
+// be known is muted.
+//
+// The alignment is held in sample counts once made (echoAligner); when the timestamps then say
+// it moved, the canceller is the judge: if it still cancels, the timestamps were disturbed (a
+// late callback) and the alignment is kept; if it does not, the reference is re-aligned. Either
+// way, until the matter is settled, and while the canceller learns after any re-alignment, the
+// microphone is muted while the speaker is audible (by the old alignment or the new), so the
+// echo never reaches the barge-in detector or the server; the user is muted only while the
+// model talks, and only until the canceller shows it cancels.
 type cleaner struct {
 	cfg     CleanConfig
+	log     *slog.Logger
 	micRate int
 	frame   int
 	proc    *aec.Processor // nil: mute only
 	align   *echoAligner   // nil: no reference needed
 
-	acc      []float32 // mono capture not yet a whole frame
+	acc      []float32 // mono capture not yet cleaned: whole frames waiting for their reference, then a partial one
 	accStart int64     // capture index of acc[0]
-	ref      []float32
+	ref      []float32 // the reference for acc's whole frames
+	frames   []frameInfo
+	giveUp   bool // the speaker's record is overdue: frames still without a reference are muted
 
 	hangover int64
 	loudTill int64 // capture index until which the speaker counts as playing (mute)
-	learned  int64 // capture samples of speaker sound the canceller has learnt from
+	heard    bool  // the reference was audible since the last alignment: a re-alignment now costs learning
+	learned  int64 // capture samples of speaker sound the canceller has learnt from since the last alignment
 	learnFor int64 // learnTime in capture samples
-	drift    drift
-	stats    CleanStats
+	settled  bool  // the canceller has converged since the last alignment
+	suspect  bool  // the timestamps say the alignment moved; the canceller has not judged it yet
+	// suspectFor counts the capture samples of speaker sound since the dispute began.
+	suspectFor int64
+	erle       erleMeter
+	talk       talkDetector
+	drift      drift
+	stats      CleanStats
+}
+
+// frameInfo is what the cleaner knows of one frame before it is processed.
+type frameInfo struct {
+	loud    bool    // the speaker is audible in its reference (as aligned)
+	loudAlt bool    // ... or by the timestamps' alignment, while the two disagree
+	unknown bool    // its reference could not be had: it is muted
+	micE    float64 // its energy as captured
+	refE    float64 // its reference's energy
 }
 
 // CleanStats are the cleaner's counters.
 type CleanStats struct {
 	Frames      int64 // frames processed
-	MutedFrames int64 // frames replaced by silence (mute)
-	Slips       int64 // times the reference was re-aligned (start, drift, a device reopened)
+	MutedFrames int64 // frames replaced by silence: mute mode, learning, a disputed alignment, an unknown reference
+	Slips       int64 // times the reference was (re-)aligned: the start, a stream restarted, an echo that moved
+	Kept        int64 // times the timestamps moved but the canceller showed the echo had not: alignment kept
+	Waits       int64 // times the microphone waited for the speaker's record of what it played
+	Unknown     int64 // frames whose reference never came or was overwritten (muted)
+	Wary        int64 // frames protected because the latest timestamps hinted at a move
 }
 
-func newCleaner(cfg CleanConfig, micRate int) (*cleaner, error) {
+func newCleaner(cfg CleanConfig, micRate int, log *slog.Logger) (*cleaner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	p := cfg.Processor
 	p.Rate, p.EchoCancel = micRate, cfg.Echo == EchoAEC
-	c := &cleaner{cfg: cfg, micRate: micRate}
+	c := &cleaner{cfg: cfg, log: log, micRate: micRate}
 	if p.EchoCancel || p.Denoise || p.AGC {
 		proc, err := aec.New(p)
 		if err != nil {
@@ -233,82 +411,368 @@ func newCleaner(cfg CleanConfig, micRate int) (*cleaner, error) {
 		c.frame = micRate / 100
 	}
 	if cfg.Echo == EchoAEC || cfg.Echo == EchoMute {
-		c.align = &echoAligner{ref: cfg.Reference, micRate: micRate,
-			delay: int64((cfg.Delay - alignLead).Seconds() * float64(micRate)), tolerance: int64(alignTolerance.Seconds() * float64(micRate))}
+		c.align = newEchoAligner(cfg.Reference, micRate, cfg.Delay)
 	}
 	c.hangover = int64(cfg.MuteHangover.Seconds() * float64(micRate))
 	c.learnFor = int64(learnTime.Seconds() * float64(micRate))
-	c.acc = make([]float32, 0, c.frame)
-	c.ref = make([]float32, c.frame)
 	return c, nil
 }
 
 // process appends to dst the cleaned version of mono, whose first sample has capture index
-// start, and returns it; a partial frame waits for the next call. micBase is the capture
-// stream's index at clock time 0.
-func (c *cleaner) process(dst, mono []float32, start int64, micBase float64, micTimed bool) []float32 {
-	if len(c.acc) == 0 || c.accStart+int64(len(c.acc)) != start {
-		c.acc, c.accStart = c.acc[:0], start // a gap (dropped audio): start a new frame
-	}
-	for len(mono) > 0 {
-		k := min(c.frame-len(c.acc), len(mono))
-		c.acc = append(c.acc, mono[:k]...)
-		mono = mono[k:]
-		if len(c.acc) < c.frame {
-			break
+// start (mic is the capture's timing), and returns it. Whole frames are cleaned as soon as
+// their reference is there; the rest waits in the cleaner for the next call (mono may be empty:
+// the reference came).
+func (c *cleaner) process(dst, mono []float32, start int64, mic streamTiming) []float32 {
+	if len(mono) > 0 {
+		if c.accStart+int64(len(c.acc)) != start {
+			// A gap (the reader fell behind the device's buffer): what waits cannot wait for
+			// more; a partial frame is dropped.
+			dst = c.run(dst, mic, true)
+			c.acc, c.accStart = c.acc[:0], start
 		}
-		dst = c.frameDone(dst, micBase, micTimed)
-		c.accStart += int64(c.frame)
-		c.acc = c.acc[:0]
+		c.acc = append(c.acc, mono...)
 	}
-	return dst
+	return c.run(dst, mic, c.giveUp)
 }
 
-func (c *cleaner) frameDone(dst []float32, micBase float64, micTimed bool) []float32 {
-	c.stats.Frames++
-	n := len(dst)
-	dst = append(dst, c.acc...)
-	frame := dst[n:]
-	if c.align != nil {
-		if !c.align.fetch(c.ref, c.accStart, micBase, micTimed) {
-			clear(c.ref)
-		}
+// waiting reports whether whole frames wait for the speaker's record of what it played, and a
+// channel closed when more has been recorded.
+func (c *cleaner) waiting() (<-chan struct{}, bool) {
+	if c.align == nil || len(c.acc) < c.frame {
+		return nil, false
 	}
-	loud := c.align != nil && peak(c.ref) > 1e-4 // -80 dBFS: anything audible
-	if c.cfg.Echo == EchoMute && c.muteWhileLoud(frame, loud) {
+	return c.align.ref.watch(), true
+}
+
+// abandon stops waiting: frames whose reference is still not there are muted (the speaker's
+// pump is stuck; the device supervision will find out why).
+func (c *cleaner) abandon() { c.giveUp = true }
+
+// run cleans the whole frames of acc whose reference can be had (all of them if force).
+func (c *cleaner) run(dst []float32, mic streamTiming, force bool) []float32 {
+	f := c.frame
+	whole := len(c.acc) / f
+	if whole == 0 {
 		return dst
 	}
-	if c.proc != nil {
-		c.proc.Process(frame, frame, c.ref) // cannot fail: the sizes are the processor's
+	if cap(c.ref) < whole*f {
+		c.ref = make([]float32, whole*f)
+		c.frames = make([]frameInfo, whole)
 	}
-	if c.cfg.Echo == EchoAEC {
-		if c.learned >= c.learnFor {
-			c.drift.follow(c.proc, c.align, int64(c.frame), c.micRate)
+	ref, info := c.ref[:whole*f], c.frames[:whole]
+	aligned := false
+	if c.align != nil {
+		aligned = c.judge(mic)
+	}
+	n := whole
+	for i := range whole {
+		r, k := ref[i*f:(i+1)*f], c.accStart+int64(i*f)
+		st := refReady
+		if aligned {
+			st = c.align.fetch(r, k)
 		} else {
-			// Until the canceller has heard learnTime of the speaker it has not converged: the
-			// echo would pass nearly whole (and start a barge-in), so it is muted meanwhile, as
-			// in mute mode.
-			if loud {
-				c.learned += int64(c.frame)
-			}
-			c.muteWhileLoud(frame, loud)
+			clear(r)
 		}
+		if st == refPending && !force {
+			n = i
+			break
+		}
+		info[i] = frameInfo{unknown: st != refReady, micE: energy(c.acc[i*f : (i+1)*f])}
+		if st != refReady {
+			clear(r)
+			continue
+		}
+		info[i].refE = energy(r)
+		info[i].loud = aligned && peak(r) > audible
+		info[i].loudAlt = aligned && c.align.disputed() && c.align.altPeak(k, f) > audible
 	}
+	if n == 0 {
+		if force {
+			c.giveUp = false
+		}
+		return dst
+	}
+	if force || n == whole {
+		c.giveUp = false
+	}
+	at := len(dst)
+	dst = append(dst, c.acc[:n*f]...)
+	out := dst[at:]
+	if c.proc != nil {
+		c.proc.Process(out, out, ref[:n*f]) // cannot fail: whole frames, the sizes match
+	}
+	for i := range n {
+		c.frameDone(out[i*f:(i+1)*f], info[i], c.accStart+int64(i*f))
+	}
+	c.acc = append(c.acc[:0], c.acc[n*f:]...)
+	c.accStart += int64(n * f)
 	return dst
 }
 
-// muteWhileLoud silences the frame while the speaker is audible and for the hang-over after;
-// it reports whether it did.
-func (c *cleaner) muteWhileLoud(frame []float32, loud bool) bool {
+// audible is the reference level above which the speaker counts as playing: -80 dBFS.
+const audible = 1e-4
+
+// frameDone decides about one processed frame: the learning mute, protection while the
+// alignment is disputed, mute mode, and the canceller's drift.
+func (c *cleaner) frameDone(frame []float32, fi frameInfo, k int64) {
+	c.stats.Frames++
+	n := int64(c.frame)
+	if fi.unknown {
+		c.stats.Unknown++
+		c.mute(frame, true, k)
+		return
+	}
+	loud := fi.loud || fi.loudAlt
+	if fi.loud {
+		c.heard = true
+	}
+	switch c.cfg.Echo {
+	case EchoMute:
+		c.muteWhileLoud(frame, loud, k)
+	case EchoAEC:
+		outE := energy(frame)
+		near, echoOnly := c.talk.frame(fi, outE, c.settled && !c.suspect, n, c.micRate)
+		if fi.loud && echoOnly {
+			c.erle.add(fi.micE, outE, n, c.micRate)
+		} else {
+			// The user's voice says nothing about how well the echo is cancelled.
+			c.erle.quiet(n, c.micRate)
+		}
+		wary := c.align.hinted && !c.suspect
+		switch {
+		case near && (!c.settled || c.suspect || wary):
+			// The user talks over the model, louder than its echo can be: let them through (the
+			// barge-in) rather than mute them until the canceller has judged or learnt.
+			if fi.loud {
+				c.learned += n
+				c.suspectFor += n
+			}
+		case !c.settled:
+			// Until the canceller has converged (learnTime of speaker sound, or sooner when it
+			// measurably cancels) the echo would pass nearly whole and start a barge-in: the
+			// microphone is muted while the speaker plays, as in mute mode.
+			if fi.loud {
+				c.learned += n
+			}
+			if c.learned >= c.learnFor || (c.learned >= c.learnFor/4 && c.erle.enough(c.micRate) && c.erle.db() >= convergedDB) {
+				c.settled = true
+			}
+			c.muteWhileLoud(frame, loud, k)
+		case c.suspect:
+			if fi.loud {
+				c.suspectFor += n
+			}
+			c.muteWhileLoud(frame, loud, k)
+		case wary:
+			// The latest timestamps hint at a move the firm ones do not show yet: the echo may
+			// pass from now until they do; protect meanwhile, without judging anything.
+			c.stats.Wary++
+			c.muteWhileLoud(frame, loud, k)
+			c.drift.follow(c.proc, c.align, n, c.micRate)
+		default:
+			c.drift.follow(c.proc, c.align, n, c.micRate)
+		}
+	}
+}
+
+// muteWhileLoud silences the frame while the speaker is audible and for the hang-over after.
+func (c *cleaner) muteWhileLoud(frame []float32, loud bool, k int64) {
 	if loud {
-		c.loudTill = c.accStart + int64(c.frame) + c.hangover
+		c.loudTill = k + int64(c.frame) + c.hangover
 	}
-	if c.accStart >= c.loudTill {
+	c.mute(frame, k < c.loudTill, k)
+}
+
+func (c *cleaner) mute(frame []float32, on bool, k int64) {
+	if on {
+		c.loudTill = max(c.loudTill, k+int64(c.frame))
+		c.stats.MutedFrames++
+		clear(frame)
+	}
+}
+
+// The canceller's verdict on a disputed alignment: it cancels (the echo is where it was) or it
+// does not (the echo moved), measured as ERLE over the last half second of speaker sound.
+const (
+	convergedDB = 20 // learning is over sooner when the canceller reaches this
+	cancelsDB   = 10 // below this, the canceller does not cancel: the echo moved
+)
+
+// judge brings the alignment up to date with the timestamps before a buffer is processed and
+// settles a dispute between them and the held alignment; false while there is no alignment.
+func (c *cleaner) judge(mic streamTiming) bool {
+	a := c.align
+	ok, restarted := a.look(mic)
+	switch {
+	case !ok:
 		return false
+	case restarted:
+		// The first alignment, or a device was reopened: a new origin.
+		c.newOrigin()
+		if a.slips > 1 {
+			c.log.Info("audio: echo reference re-aligned: a device stream was reopened", "slips", a.slips)
+		}
+		return true
+	case !a.disputed():
+		c.suspect = false
+		return true
+	case !c.heard:
+		// Nothing at stake: the speaker was silent since the last alignment (a stream's timing
+		// settles during its first second).
+		c.log.Debug("audio: echo reference re-aligned while the speaker was silent", "moved_ms", math.Round(a.disagree/float64(c.micRate)*10000)/10)
+		a.resync()
+		return true
+	case c.cfg.Echo != EchoAEC || !c.settled:
+		// Mute mode has no judge, and a canceller still learning is no judge yet: both mute
+		// while the speaker is audible by either alignment.
+		return true
+	case !c.suspect:
+		// Fresh evidence, gathered from now on while protected: before the dispute the echo
+		// may already have moved.
+		c.log.Debug("audio: echo timing moved; the canceller judges", "moved_ms", math.Round(a.disagree/float64(c.micRate)*10000)/10)
+		c.suspect, c.suspectFor = true, 0
+		c.erle.reset()
+		return true
+	case !c.erle.enough(c.micRate):
+		if c.suspectFor >= c.learnFor {
+			// No verdict after learnTime of speaker sound (the user talked all along): the
+			// timestamps win, and the canceller learns afresh.
+			c.relign("no verdict from the canceller")
+		}
+		return true
 	}
-	c.stats.MutedFrames++
-	clear(frame)
+	if db := c.erle.db(); db >= cancelsDB {
+		c.log.Debug("audio: echo timing moved but the canceller still cancels; alignment kept",
+			"moved_ms", math.Round(a.disagree/float64(c.micRate)*10000)/10, "erle_db", math.Round(db))
+		a.accept()
+		c.stats.Kept++
+		c.suspect = false
+		return true
+	}
+	c.relign(fmt.Sprintf("the canceller no longer cancels (%.0f dB)", c.erle.db()))
 	return true
+}
+
+// relign moves the alignment to the timestamps' and starts learning again.
+func (c *cleaner) relign(why string) {
+	c.log.Info("audio: echo reference re-aligned", "moved_ms", math.Round(c.align.disagree/float64(c.micRate)*10000)/10, "why", why)
+	c.align.resync()
+	c.newOrigin()
+}
+
+// newOrigin forgets what the canceller learnt: the echo is somewhere else in the reference now.
+func (c *cleaner) newOrigin() {
+	if c.proc != nil && c.heard {
+		c.proc.Reset()
+	}
+	c.heard, c.learned, c.settled, c.suspect = false, 0, false, false
+	c.erle.reset()
+	c.drift = drift{}
+}
+
+// stats returns the counters.
+func (c *cleaner) counters() CleanStats {
+	s := c.stats
+	if c.align != nil {
+		s.Slips = c.align.slips
+	}
+	return s
+}
+
+// erleMeter is the canceller's echo return loss enhancement (what it removed, in dB) over the
+// recent frames in which the speaker was audible: energies before and after, summed with a
+// half-second memory that fades through silence too, so old evidence does not count.
+type erleMeter struct {
+	in, out, weight float64 // fading sums; weight counts the audible samples in them
+}
+
+const erleMemory = 500 * time.Millisecond
+
+func (e *erleMeter) fade(n int64, rate int) {
+	d := math.Exp(-float64(n) / (erleMemory.Seconds() * float64(rate)))
+	e.in, e.out, e.weight = e.in*d, e.out*d, e.weight*d
+}
+
+// add counts an audible frame of n samples: its energy before and after the canceller.
+func (e *erleMeter) add(in, out float64, n int64, rate int) {
+	e.fade(n, rate)
+	e.in, e.out, e.weight = e.in+in, e.out+out, e.weight+float64(n)
+}
+
+// quiet lets n samples of silence pass.
+func (e *erleMeter) quiet(n int64, rate int) { e.fade(n, rate) }
+func (e *erleMeter) reset()                  { *e = erleMeter{} }
+
+// enough: the speaker was audible for a quarter second or more of the last half second.
+func (e *erleMeter) enough(rate int) bool { return e.weight >= 0.2*float64(rate) }
+
+func (e *erleMeter) db() float64 { return 10 * math.Log10((e.in+1e-12)/(e.out+1e-12)) }
+
+// talkDetector tells the user's voice from the echo without the canceller (whose output
+// holds both): the echo at the microphone is the speaker's sound through the room, some echo
+// return loss (ERL) below the reference, whatever the alignment; a microphone much louder than
+// that is someone talking. The ERL is learnt from frames the canceller cancelled well (only echo
+// there), so it is known after the first convergence and stays across re-alignments (the room
+// did not change). Energies are summed over a short memory, longer than the echo's delay
+// against the reference.
+type talkDetector struct {
+	mic, ref       float64 // short fading sums
+	erlMic, erlRef float64 // long fading sums of mic and ref over well-cancelled frames
+	samples        float64 // well-cancelled samples in them (fading)
+}
+
+const (
+	talkMemory = 100 * time.Millisecond
+	erlMemory  = 2 * time.Second
+	// nearFactor: the user counts as talking when the microphone is this much (6 dB) above the
+	// echo the ERL predicts; echoOnlyFactor: below this (3 dB) the microphone holds the echo
+	// alone, and tells how well the canceller cancels.
+	nearFactor     = 4
+	echoOnlyFactor = 2
+	// wellCancelled: a frame whose energy the canceller took down by 20 dB is echo only.
+	wellCancelled = 100
+)
+
+// frame takes one frame (its energies as captured, of its reference and after the canceller;
+// learn: the canceller is trusted now) and says whether the user is talking in it (near) and
+// whether it holds nothing but the echo (echoOnly; always, while the ERL is not known).
+func (d *talkDetector) frame(fi frameInfo, outE float64, learn bool, n int64, rate int) (near, echoOnly bool) {
+	f := math.Exp(-float64(n) / (talkMemory.Seconds() * float64(rate)))
+	d.mic, d.ref = d.mic*f+fi.micE, d.ref*f+fi.refE
+	if learn && fi.loud && outE*wellCancelled < fi.micE {
+		g := math.Exp(-float64(n) / (erlMemory.Seconds() * float64(rate)))
+		d.erlMic, d.erlRef, d.samples = d.erlMic*g+d.mic, d.erlRef*g+d.ref, d.samples*g+float64(n)
+	}
+	if !d.known(rate) {
+		return false, true
+	}
+	echo := d.erlMic / d.erlRef * d.ref
+	return d.mic > nearFactor*echo, d.mic <= echoOnlyFactor*echo
+}
+
+// known: the ERL was measured over a quarter second or more.
+func (d *talkDetector) known(rate int) bool { return d.samples >= 0.25*float64(rate) && d.erlRef > 0 }
+
+func energy(s []float32) float64 {
+	var e float64
+	for _, v := range s {
+		e += float64(v) * float64(v)
+	}
+	return e
+}
+
+func peak(s []float32) float32 {
+	var p float32
+	for _, v := range s {
+		p = max(p, v, -v)
+	}
+	return p
+}
+
+func (c *cleaner) close() {
+	if c.proc != nil {
+		c.proc.Close()
+	}
 }
 
 // drift keeps the echo where the canceller learnt it. When the echo slides against the
@@ -346,34 +810,22 @@ func (d *drift) follow(proc *aec.Processor, a *echoAligner, frame int64, rate in
 	// is a new origin, not drift: drift moves it by well under a sample per look.
 	if !d.have || d.slips != a.slips || math.Abs(peakAt-d.last) > float64(rate)/1000 {
 		d.origin, d.last, d.slips, d.have = peakAt, peakAt, a.slips, true
-		a.shiftRate = 0
+		a.offsetRate = 0
 		return
 	}
 	d.last = peakAt
-	a.shiftRate = math.Max(-driftMax, math.Min(driftMax, driftGain*(peakAt-d.origin)/float64(period)))
+	// An echo that arrives later than where it was learnt (the peak moved up) wants an older
+	// reference: the offset falls.
+	a.offsetRate = -math.Max(-driftMax, math.Min(driftMax, driftGain*(peakAt-d.origin)/float64(period)))
 }
 
-func peak(s []float32) float32 {
-	var p float32
-	for _, v := range s {
-		p = max(p, v, -v)
-	}
-	return p
-}
-
-func (c *cleaner) close() {
-	if c.proc != nil {
-		c.proc.Close()
-	}
-}
-
-// The aligner hands the canceller the reference alignLead ahead of the computed alignment,
-// so that timing errors up to alignTolerance either way keep the echo inside the canceller's
-// (causal) filter; it re-aligns only beyond alignTolerance, because every jump makes the
-// canceller re-learn the echo path. The converter timestamps of PulseAudio's ALSA plugin
-// jitter by a few milliseconds.
+// The aligner hands the canceller the reference alignLead ahead of the computed alignment, so
+// that timing errors up to alignTolerance either way keep the echo inside the canceller's
+// (causal) filter. The converter timestamps of PulseAudio's ALSA plugin jitter by a few
+// milliseconds, and a late callback can shift all that follow by its lateness.
 const (
-	// learnTime is how much speaker sound the canceller hears before its output is trusted.
+	// learnTime is how much speaker sound the canceller hears before its output is trusted
+	// (less when it measurably cancels sooner).
 	learnTime      = 2 * time.Second
 	alignLead      = 15 * time.Millisecond
 	alignTolerance = 10 * time.Millisecond
@@ -381,75 +833,143 @@ const (
 
 // echoAligner delivers the speaker's output lined up with the capture: for capture index k, the
 // sample the speaker's converter played at the moment the microphone's converter took sample k
-// (held back by the configured delay), resampled to the capture rate. It reads the reference as
-// one continuous stream and re-aligns (a slip) only when the timing says it is off by more than
-// tolerance: at the start, when the two clocks drift apart, and after a device was reopened.
+// (held back by the configured delay), resampled to the capture rate.
+//
+// The timestamps make the alignment; sample counts keep it. Both streams count every sample
+// their devices moved (the speaker's silence included), so once the two are lined up the
+// reference for capture sample k+n is n samples on (at the capture rate), whatever the timing
+// of the callbacks. The timestamps are watched all along but are evidence, not orders: a late
+// callback under load can shift every timestamp after it by its lateness while not one sample
+// moved. So the aligner re-aligns on its own only when a new stream opens; when the timestamps disagree with the held alignment by more than
+// alignTolerance it reports the dispute (disputed, disagree) and the cleaner decides: re-align
+// (resync) or keep (accept). Drift the timestamps cannot see is followed from the canceller
+// (offsetRate, see drift).
 type echoAligner struct {
 	ref       *EchoReference
 	micRate   int
-	delay     int64
-	tolerance int64
+	delay     float64 // capture samples the reference is held back by (Delay − alignLead)
+	tolerance float64
 
 	spkRate int
+	ratio   float64             // capture rate / speaker rate
 	rs      *pipeline.Resampler // speaker → capture rate; nil when they are equal
-	synced  bool
-	next    int64 // capture-rate reference index that pending[0] stands for
-	pos     int64 // next speaker-rate index to read
-	raw     []float32
-	pending []float32 // the reference stream from index next−margin on
-	slips   int64
-	// shift is how many capture samples the reference is held back by beyond the timing, and
-	// shiftRate how fast it changes: the echo drifting against the reference (see drift).
-	shift, shiftRate float64
+
+	synced         bool
+	fresh          bool // the stream below starts anew at the next fetch
+	spkEra, micEra int64
+	// The reference for capture sample k is the capture-rate stream's sample k+offset, between
+	// samples by linear interpolation; offset moves by offsetRate per sample (drift).
+	offset, offsetRate float64
+	// disagree is how far the timestamps' alignment is from offset (capture samples) at the
+	// last look, beyond bias: a disagreement found harmless.
+	disagree, bias float64
+	// hinted: the latest few callbacks alone put the echo elsewhere (see streamTiming.recent).
+	hinted bool
+	slips  int64
+
+	// The stream: the reference at the capture rate, stream sample head+i in pending[i].
+	head         int64
+	pos          int64 // next speaker-rate index to read
+	raw, pending []float32
 }
 
-// fetch fills dst with the reference for capture samples [k, k+len(dst)); false when there is
-// no timing yet (nothing played, or no capture timestamps).
-func (a *echoAligner) fetch(dst []float32, k int64, micBase float64, micTimed bool) bool {
-	spkRate, spkBase, ok := a.ref.timing()
-	if !ok || !micTimed {
-		return false
+func newEchoAligner(ref *EchoReference, micRate int, delay time.Duration) *echoAligner {
+	return &echoAligner{ref: ref, micRate: micRate, delay: (delay - alignLead).Seconds() * float64(micRate),
+		tolerance: alignTolerance.Seconds() * float64(micRate)}
+}
+
+// look compares the timestamps with the held alignment, aligning afresh when there is none yet
+// or a stream's timeline restarted (restarted). ok is false while there is no alignment.
+func (a *echoAligner) look(mic streamTiming) (ok, restarted bool) {
+	spkRate, spk := a.ref.timing()
+	if !spk.ok || !mic.ok {
+		return a.synced, false
 	}
 	if a.spkRate == 0 {
-		a.spkRate = spkRate
+		rs, err := pipeline.NewResampler(spkRate, a.micRate)
+		if err != nil {
+			return false, false
+		}
 		if spkRate != a.micRate {
-			rs, err := pipeline.NewResampler(spkRate, a.micRate)
-			if err != nil {
-				return false
-			}
 			a.rs = rs
 		}
+		a.spkRate, a.ratio = spkRate, float64(a.micRate)/float64(spkRate)
 	}
-	ratio := float64(a.micRate) / float64(a.spkRate)
 	// The capture sample k was taken at clock time (k − micBase)/micRate; the speaker played
-	// index spkBase + that·spkRate then. In capture-rate units:
-	want := int64(math.Round(spkBase*ratio+float64(k)-micBase)) - a.delay
-	if !a.synced || abs64(want-a.next) > a.tolerance {
-		a.synced = true
-		a.slips++
-		margin := a.micRate / 50
-		a.next = want
-		a.pos = int64(math.Round(float64(want+int64(margin)) / ratio))
-		// pending starts margin samples before next (silence at first), so the drift
-		// correction can reach that far either way.
-		a.pending = append(a.pending[:0], make([]float32, 2*margin)...)
-		a.shift, a.shiftRate = 0, 0
+	// index spkBase + that·spkRate then. In capture-rate units that is k + want.
+	want := spk.base*a.ratio - mic.base - a.delay
+	if !a.synced || spk.era != a.spkEra || mic.era != a.micEra {
+		a.spkEra, a.micEra = spk.era, mic.era
+		a.sync(want)
+		return true, true
+	}
+	recent := spk.recent*a.ratio - mic.recent - a.delay
+	a.hinted = math.Abs(recent-a.offset-a.bias) > a.tolerance
+	if !spk.firm || !mic.firm {
+		// Too few callbacks since an xrun to tell a move from a late callback: no evidence yet.
+		a.disagree = 0
+		return true, false
+	}
+	a.disagree = want - a.offset - a.bias
+	return true, false
+}
+
+// disputed: the timestamps put the echo elsewhere than the held alignment does.
+func (a *echoAligner) disputed() bool { return math.Abs(a.disagree) > a.tolerance }
+
+// resync moves the alignment to the timestamps'.
+func (a *echoAligner) resync() { a.sync(a.offset + a.bias + a.disagree) }
+
+// accept keeps the alignment: the timestamps' disagreement so far is theirs, not the echo's.
+func (a *echoAligner) accept() { a.bias, a.disagree = a.bias+a.disagree, 0 }
+
+func (a *echoAligner) sync(offset float64) {
+	a.synced, a.fresh = true, true
+	a.slips++
+	a.offset, a.offsetRate, a.bias, a.disagree = offset, 0, 0, 0
+}
+
+// margin is how much of the stream is kept either side of what a frame needs.
+func (a *echoAligner) margin() int64 { return int64(a.micRate / 50) }
+
+// fetch fills dst with the reference for capture samples [k, k+len(dst)): refReady, or
+// refPending (nothing consumed: ask again once the speaker has recorded more), or refGone.
+func (a *echoAligner) fetch(dst []float32, k int64) refState {
+	margin := a.margin()
+	if a.fresh {
+		a.fresh = false
+		a.pos = int64(math.Floor((math.Floor(float64(k)+a.offset) - float64(margin)) / a.ratio))
+		a.head = int64(math.Round(float64(a.pos) * a.ratio))
+		a.pending = a.pending[:0]
 		if a.rs != nil {
 			a.rs.Reset()
 		}
 	}
-	margin := a.micRate / 50
-	for len(a.pending) < len(dst)+2*margin {
-		need := len(dst) + 2*margin - len(a.pending)
-		chunk := need
+	n := len(dst)
+	first := float64(k) + a.offset
+	last := first + float64(n-1)*(1+a.offsetRate)
+	lo, hi := int64(math.Floor(min(first, last))), int64(math.Floor(max(first, last)))+1
+	// Drop what lies more than margin behind what this frame needs.
+	if drop := min(lo-margin-a.head, int64(len(a.pending))); drop > 0 {
+		a.pending = append(a.pending[:0], a.pending[drop:]...)
+		a.head += drop
+	}
+	state := refReady
+	for have := a.head + int64(len(a.pending)); have <= hi; have = a.head + int64(len(a.pending)) {
+		chunk := int(hi + 1 - have)
 		if a.rs != nil {
-			chunk = int(float64(need)/ratio) + 1
+			chunk = int(float64(chunk)/a.ratio) + 1
 		}
 		if cap(a.raw) < chunk {
 			a.raw = make([]float32, chunk)
 		}
 		raw := a.raw[:chunk]
-		a.ref.read(raw, a.pos)
+		switch a.ref.read(raw, a.pos) {
+		case refPending:
+			return refPending
+		case refGone:
+			state = refGone
+		}
 		a.pos += int64(chunk)
 		if a.rs != nil {
 			a.pending = a.rs.Process(a.pending, raw)
@@ -457,25 +977,25 @@ func (a *echoAligner) fetch(dst []float32, k int64, micBase float64, micTimed bo
 			a.pending = append(a.pending, raw...)
 		}
 	}
-	// The reference for capture sample next+i is the stream at next+i−shift, between
-	// samples by linear interpolation; shift follows the drift a little every sample.
-	limit := float64(margin - 1)
-	for i := range dst {
-		sh := math.Max(-limit, math.Min(limit, a.shift+a.shiftRate*float64(i)))
-		x := float64(margin+i) - sh
-		j := int(math.Floor(x))
-		f := float32(x - float64(j))
-		dst[i] = (1-f)*a.pending[j] + f*a.pending[j+1]
+	at := func(j int64) float32 {
+		if j < a.head || j-a.head >= int64(len(a.pending)) {
+			return 0
+		}
+		return a.pending[j-a.head]
 	}
-	a.shift = math.Max(-limit, math.Min(limit, a.shift+a.shiftRate*float64(len(dst))))
-	a.pending = append(a.pending[:0], a.pending[len(dst):]...)
-	a.next += int64(len(dst))
-	return true
+	for i := range dst {
+		x := first + float64(i)*(1+a.offsetRate)
+		j := int64(math.Floor(x))
+		f := float32(x - float64(j))
+		dst[i] = (1-f)*at(j) + f*at(j+1)
+	}
+	a.offset += a.offsetRate * float64(n)
+	return state
 }
 
-func abs64(v int64) int64 {
-	if v < 0 {
-		return -v
-	}
-	return v
+// altPeak is how loud the speaker was for capture samples [k, k+n) by the timestamps'
+// alignment (the disputed one), read straight from what it played.
+func (a *echoAligner) altPeak(k int64, n int) float32 {
+	from := (float64(k) + a.offset + a.bias + a.disagree) / a.ratio
+	return a.ref.peak(int64(math.Floor(from)), int(float64(n)/a.ratio)+2)
 }

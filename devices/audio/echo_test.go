@@ -2,6 +2,7 @@ package audio
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"sync"
 	"testing"
@@ -69,7 +70,8 @@ func TestEchoCancellationOnVirtualCard(t *testing.T) {
 	}
 	defer raw.Close()
 	clean, err := OpenMicrophone(ctx, MicConfig{Device: "pulse", Channel: Mixdown, Latency: 100 * time.Millisecond,
-		Clean: CleanConfig{Echo: EchoAEC, Reference: ref, Processor: aec.Config{Denoise: true}}}, nil, nil)
+		Clean: CleanConfig{Echo: EchoAEC, Reference: ref, Processor: aec.Config{Denoise: true}}}, nil,
+		slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}

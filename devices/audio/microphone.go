@@ -100,16 +100,19 @@ type Microphone struct {
 	once   sync.Once
 
 	// Read's state, under readMu.
-	readMu    sync.Mutex
-	rs        *pipeline.Resampler
-	inter     []float32 // interleaved frames from the ring
-	mono      []float32
-	out       []float32 // resampled; carry is its unread part
-	clean     *cleaner  // nil: nothing asked
-	cleaned   []float32
-	carry     []float32
-	timer     *time.Timer
-	delivered int64
+	readMu  sync.Mutex
+	rs      *pipeline.Resampler
+	inter   []float32 // interleaved frames from the ring
+	mono    []float32
+	out     []float32 // resampled; carry is its unread part
+	clean   *cleaner  // nil: nothing asked
+	cleaned []float32
+	carry   []float32
+	// refWaitFrom is when Read began waiting for the speaker's record of what it played (zero:
+	// not waiting).
+	refWaitFrom time.Time
+	timer       *time.Timer
+	delivered   int64
 
 	// Loss state, under mu.
 	mu           sync.Mutex
@@ -119,8 +122,9 @@ type Microphone struct {
 	silence      int64 // all silence delivered for losses
 }
 
-// readChunk is how many frames Read converts at a time.
-const readChunk = 4096
+// readChunk is the most frames Read converts at a time: more than a device buffer of 100 ms
+// at 48 kHz, so that one buffer is one pass (and one call into the echo canceller).
+const readChunk = 8192
 
 // MicStats are the microphone's counters.
 type MicStats struct {
@@ -181,11 +185,14 @@ func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
 		lat = dev.highInLatency
 	}
 	r, link, rate, ref := m.ring, m.link, m.rate, m.cfg.Clean.Reference
-	cb := func(in, _ []float32, at float64) {
+	first := true // a new stream: a new timeline for the echo canceller
+	cb := func(in, _ []float32, info bufferInfo) {
 		if link.current(gen) {
+			r.writeSilence(info.lost) // lost before this buffer: silence keeps the count true
 			if ref != nil {
-				r.mark(ref.clock(at), rate)
+				r.mark(ref.clock(info.at), rate, info.timeline(first))
 			}
+			first = false
 			r.write(in)
 			link.moved(gen)
 		}
@@ -229,7 +236,7 @@ func (m *Microphone) initReader() error {
 	m.mono = make([]float32, readChunk)
 	m.out = make([]float32, 0, rs.OutputLen(readChunk))
 	if m.cfg.Clean.active() {
-		c, err := newCleaner(m.cfg.Clean, m.rate)
+		c, err := newCleaner(m.cfg.Clean, m.rate, m.link.log)
 		if err != nil {
 			return err
 		}
@@ -273,13 +280,38 @@ func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
 			m.delivered += int64(n)
 			return n, nil
 		}
-		n, wait := m.fillSilence(p, time.Now())
+		now := time.Now()
+		n, wait := m.fillSilence(p, now)
 		if n > 0 {
 			m.delivered += int64(n)
 			return n, nil
 		}
-		// Sleep until the device delivers (the callback, or a loss, wakes the ring) or, while
-		// it is lost, until the next block of silence is due.
+		// Frames waiting for the speaker's record of what it played (its pump is late): wait
+		// for it, but not for ever (a stuck speaker is muted over, see cleaner.abandon).
+		var played <-chan struct{}
+		if m.clean != nil {
+			if ch, ok := m.clean.waiting(); ok {
+				if m.refWaitFrom.IsZero() {
+					m.refWaitFrom = now
+					m.clean.stats.Waits++
+				}
+				if left := refPatience - now.Sub(m.refWaitFrom); left > 0 {
+					played = ch
+					if wait == 0 || left < wait {
+						wait = left
+					}
+				} else {
+					m.clean.abandon()
+					m.refWaitFrom = time.Time{}
+					continue
+				}
+			} else {
+				m.refWaitFrom = time.Time{}
+			}
+		}
+		// Sleep until the device delivers (the callback, or a loss, wakes the ring), the
+		// speaker records more, or, while the device is lost, until the next block of silence
+		// is due.
 		var due <-chan time.Time
 		if wait > 0 {
 			m.timer.Reset(wait)
@@ -291,32 +323,44 @@ func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
 			return 0, ctx.Err()
 		case <-m.done:
 		case <-m.ring.notify:
+		case <-played:
 		case <-due:
 		}
 		m.timer.Stop()
 	}
 }
 
-// fill converts what the ring holds, as much as p needs, and returns how many samples it put
-// in p. Called with readMu held.
+// refPatience is how long the microphone waits for the speaker's record of what it played
+// before muting the frames that need it: far beyond a late pump (milliseconds), well within
+// what the capture ring holds.
+const refPatience = 500 * time.Millisecond
+
+// fill converts what the ring holds and returns how many samples it put in p. It takes all
+// the ring holds (a device buffer, up to readChunk frames) at once, so that the echo canceller
+// runs once per device buffer; what p has no room for waits in carry. Called with readMu held.
 func (m *Microphone) fill(p []float32) int {
 	n := copy(p, m.carry)
 	m.carry = m.carry[n:]
 	for n < len(p) {
-		// Frames for the rest of p, rounded up; the excess waits in carry.
-		need := (len(p)-n)*m.rate/OutputRate + 1
-		got, start, micBase, timed := m.ring.readFrom(m.inter[:min(need, readChunk)*m.channels])
+		got, start, timing := m.ring.readFrom(m.inter)
 		got /= m.channels
-		if got == 0 {
-			break
-		}
-		mono, err := pipeline.Float32ToMono(m.mono, m.inter[:got*m.channels], m.channels, m.cfg.Channel, m.gain)
-		if err != nil { // cannot happen: the settings were checked against the device
-			break
+		var mono []float32
+		if got > 0 {
+			var err error
+			mono, err = pipeline.Float32ToMono(m.mono, m.inter[:got*m.channels], m.channels, m.cfg.Channel, m.gain)
+			if err != nil { // cannot happen: the settings were checked against the device
+				break
+			}
 		}
 		if m.clean != nil {
-			m.cleaned = m.clean.process(m.cleaned[:0], mono, start, micBase, timed)
+			m.cleaned = m.clean.process(m.cleaned[:0], mono, start, timing)
+			if len(m.cleaned) > 0 {
+				m.refWaitFrom = time.Time{}
+			}
 			mono = m.cleaned
+		}
+		if len(mono) == 0 {
+			break
 		}
 		m.out = m.rs.Process(m.out[:0], mono)
 		k := copy(p[n:], m.out)
@@ -362,10 +406,7 @@ func (m *Microphone) Stats() MicStats {
 	out := m.delivered
 	var clean CleanStats
 	if m.clean != nil {
-		clean = m.clean.stats
-		if m.clean.align != nil {
-			clean.Slips = m.clean.align.slips
-		}
+		clean = m.clean.counters()
 	}
 	m.readMu.Unlock()
 	written, dropped := m.ring.counts()
@@ -407,6 +448,7 @@ type ring struct {
 	dropped int64
 	notify  chan struct{} // a token when there is something new
 	fit     clockFit      // capture index at clock time 0 (when the echo canceller wants it)
+	zeros   []float32     // a buffer of silence for writeSilence
 }
 
 func newRing(frames, channels int) *ring {
@@ -439,30 +481,44 @@ func (r *ring) write(in []float32) {
 	r.wake()
 }
 
-// mark stamps the frames written next: the first met the converter at clock time at.
-func (r *ring) mark(at float64, rate int) {
+// writeSilence appends frames of silence: frames the device captured that were lost before
+// they reached the ring, so that the capture index stays true.
+func (r *ring) writeSilence(frames int) {
+	for frames > 0 {
+		if r.zeros == nil {
+			r.zeros = make([]float32, 1024*r.frame)
+		}
+		k := min(frames, len(r.zeros)/r.frame)
+		r.write(r.zeros[:k*r.frame])
+		frames -= k
+	}
+}
+
+// mark stamps the frames written next: the first met the converter at clock time at; ev says
+// what became of the stream's timeline before them.
+func (r *ring) mark(at float64, rate int, ev timelineEvent) {
 	r.mu.Lock()
+	r.fit.note(ev)
 	r.fit.add(r.written, at, rate)
 	r.mu.Unlock()
 }
 
 // readFrom moves up to len(dst) samples (whole frames) into dst and returns how many, the
-// capture index of the first frame moved and the capture timing (index at clock time 0; timed
-// is false while there is none).
-func (r *ring) readFrom(dst []float32) (n int, start int64, base float64, timed bool) {
+// capture index of the first frame moved and the capture timing.
+func (r *ring) readFrom(dst []float32) (n int, start int64, timing streamTiming) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start = r.written - int64(r.n/r.frame)
-	base, timed = r.fit.base()
+	timing = r.fit.timing()
 	n = min(len(dst)-len(dst)%r.frame, r.n)
 	if n == 0 {
-		return 0, start, base, timed
+		return 0, start, timing
 	}
 	k := copy(dst[:n], r.buf[r.r:])
 	copy(dst[k:n], r.buf)
 	r.r = (r.r + n) % len(r.buf)
 	r.n -= n
-	return n, start, base, timed
+	return n, start, timing
 }
 
 // wake lets a waiting Read look again.

@@ -259,15 +259,45 @@ type paStream struct {
 }
 
 // streamCallback is what a stream's pump calls: in for an input stream (a buffer the device
-// delivered, at the time its first frame met the converter), out (to fill) for an output stream
-// (frames the device will take next; at is when the first of them is expected to). Frames are
-// interleaved float32. at is in seconds on PortAudio's stream clock (shared by the streams of
-// one process), 0 when unknown. It must not block.
-type streamCallback func(in, out []float32, at float64)
+// delivered), out (to fill) for an output stream (frames the device will take next; info.at is
+// when the first of them is expected to). Frames are interleaved float32. It must not block.
+type streamCallback func(in, out []float32, info bufferInfo)
 
 // playedFunc gets what an output device played, buffer by buffer (the silence it played when
-// the pump was late included), with the time its first frame met the converter.
-type playedFunc func(frames []float32, at float64)
+// the pump was late included).
+type playedFunc func(frames []float32, info bufferInfo)
+
+// bufferInfo is what the bridge noted about one device buffer.
+type bufferInfo struct {
+	// at is when its first frame met the converter, in seconds on PortAudio's stream clock
+	// (shared by the streams of one process), 0 when unknown.
+	at float64
+	// lost is how many frames just before it the pump never saw: input the pump was a whole
+	// ring too late for, or output the device played as silence while there was no room to
+	// record it. The sample count stays true: they count as silence.
+	lost int
+	// xrun: the host reported an overflow or underflow before it (ALSA restarted the device),
+	// so the stream's timeline jumped by an amount nobody counted.
+	xrun bool
+}
+
+// xrunFlags are PortAudio's callback flags that say samples were lost or inserted by the host.
+const xrunFlags = C.paInputUnderflow | C.paInputOverflow | C.paOutputUnderflow | C.paOutputOverflow
+
+// timeline is what the buffer says about its stream's timeline; first: the stream's first.
+func (b bufferInfo) timeline(first bool) timelineEvent {
+	switch {
+	case first:
+		return timelineNew
+	case b.xrun:
+		return timelineXrun
+	}
+	return timelineGoesOn
+}
+
+func recordInfo(rec C.omnisatRecord) bufferInfo {
+	return bufferInfo{at: float64(rec.at), lost: int(rec.lost), xrun: rec.flags&xrunFlags != 0}
+}
 
 // bridgeSeconds is the room of a bridge's ring: how far the pump may fall behind the device
 // (a loaded board can hold a goroutine back for a while; the microphone's own ring behind it
@@ -332,29 +362,25 @@ func (s *paStream) pump(fn streamCallback, played playedFunc, finished func(), r
 					scratch = make([]float32, n)
 				}
 				ringRead(ring, int(rec.pos)*channels, scratch[:n])
-				fn(scratch[:n], nil, float64(rec.at))
+				fn(scratch[:n], nil, recordInfo(rec))
 				atomic.StoreUint64(counter(&b.r), uint64(rec.pos+rec.frames))
 			}
 			atomic.StoreUint64(counter(&b.rr), rr)
 		} else if rw > rr {
 			r := atomic.LoadUint64(counter(&b.r))
-			// What the device played, buffer by buffer: the ring's frames from the buffer's
-			// position up to the next buffer's (or up to r), then silence if the ring ran dry.
-			// Those frames are intact: nothing is written over them before the refill below.
+			// What the device played, buffer by buffer: the frames it took from the ring (the
+			// record says how many), then silence if the ring ran dry. Those frames are intact:
+			// nothing is written over them before the refill below.
 			if played != nil {
 				for i := rr; i < rw; i++ {
 					rec := records[i%C.OMNISAT_RECORDS]
-					end := r
-					if i+1 < rw {
-						end = uint64(records[(i+1)%C.OMNISAT_RECORDS].pos)
-					}
-					n, frames := int(end-uint64(rec.pos))*channels, int(rec.frames)*channels
+					frames, filled := int(rec.frames)*channels, int(rec.filled)*channels
 					if cap(heard) < frames {
 						heard = make([]float32, frames)
 					}
-					ringRead(ring, int(rec.pos)*channels, heard[:min(n, frames)])
-					clear(heard[min(n, frames):frames])
-					played(heard[:frames], float64(rec.at))
+					ringRead(ring, int(rec.pos)*channels, heard[:filled])
+					clear(heard[filled:frames])
+					played(heard[:frames], recordInfo(rec))
 				}
 			}
 			// Keep the device's next buffer queued (its largest so far): each buffer it takes
@@ -374,7 +400,7 @@ func (s *paStream) pump(fn streamCallback, played playedFunc, finished func(), r
 				}
 				// Frame w meets the converter (w - pos) frames after the last buffer's first.
 				at := float64(last.at) + float64(w-uint64(last.pos))/float64(rate)
-				fn(nil, scratch[:k*channels], at)
+				fn(nil, scratch[:k*channels], bufferInfo{at: at})
 				ringWrite(ring, int(w)*channels, scratch[:k*channels])
 				w += uint64(k)
 				atomic.StoreUint64(counter(&b.w), w)

@@ -110,7 +110,12 @@ func OpenSpeaker(ctx context.Context, cfg SpeakerConfig, onState func(ok bool, e
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.done = make(chan struct{})
-	go s.link.run(ctx, s.done)
+	go func() {
+		s.link.run(ctx, s.done)
+		if cfg.Echo != nil {
+			cfg.Echo.stop() // closed: nothing plays any more, the microphone need not wait for it
+		}
+	}()
 	return s, nil
 }
 
@@ -157,7 +162,7 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			continue
 		}
 		link, pb, scratch, echo := s.link, s.pb, s.scratch, s.cfg.Echo
-		cb := func(_, out []float32, _ float64) {
+		cb := func(_, out []float32, _ bufferInfo) {
 			if !link.current(gen) {
 				clear(out)
 				return
@@ -168,14 +173,16 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 		if echo != nil {
 			mono = make([]float32, speakerChunk)
 		}
-		played := func(frames []float32, at float64) {
+		first := true // a new stream: a new timeline for the echo canceller
+		played := func(frames []float32, info bufferInfo) {
 			if !link.current(gen) {
 				return
 			}
 			link.moved(gen)
 			if echo != nil {
-				writeEcho(echo, frames, ch, mono, at)
+				writeEcho(echo, frames, ch, mono, info, first)
 			}
+			first = false
 		}
 		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb, played, func() { link.finished(gen) })
 		if err != nil {
@@ -217,11 +224,13 @@ func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32)
 	clear(out[frames*ch:])
 }
 
-// writeEcho hands what the device played (ch interleaved channels carrying one signal, the
-// first frame at the converter at time at) to the echo reference as mono, using mono as room.
-func writeEcho(echo *EchoReference, frames []float32, ch int, mono []float32, at float64) {
+// writeEcho hands what the device played (ch interleaved channels carrying one signal, as the
+// bridge noted it; first: the stream's first buffer) to the echo reference as mono, using mono
+// as room.
+func writeEcho(echo *EchoReference, frames []float32, ch int, mono []float32, info bufferInfo, first bool) {
+	ev := info.timeline(first)
 	if ch == 1 {
-		echo.write(frames, at)
+		echo.play(frames, info.at, info.lost, ev)
 		return
 	}
 	n := len(frames) / ch
@@ -231,9 +240,9 @@ func writeEcho(echo *EchoReference, frames []float32, ch int, mono []float32, at
 			mono[i] = frames[(done+i)*ch]
 		}
 		if done == 0 {
-			echo.write(mono[:k], at)
+			echo.play(mono[:k], info.at, info.lost, ev)
 		} else {
-			echo.writeMore(mono[:k])
+			echo.playMore(mono[:k])
 		}
 		done += k
 	}
@@ -242,6 +251,9 @@ func writeEcho(echo *EchoReference, frames []float32, ch int, mono []float32, at
 // setLost starts consuming the queue into the void from since, when the device last
 // delivered (supervisor).
 func (s *Speaker) setLost(since time.Time, _ error) {
+	if s.cfg.Echo != nil {
+		s.cfg.Echo.stop() // nothing plays now: the microphone need not wait for it
+	}
 	s.drainMu.Lock()
 	s.drain.Restart(since)
 	s.lost.Store(true)

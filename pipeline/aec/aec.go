@@ -36,16 +36,20 @@ static int echo_ir_size(SpeexEchoState *st) {
 static void echo_ir(SpeexEchoState *st, spx_int32_t *ir) {
 	speex_echo_ctl(st, SPEEX_ECHO_GET_IMPULSE_RESPONSE, ir);
 }
-// process runs one frame through the canceller (when there is one) and the preprocessor in a
-// single call from Go: every call from Go into C costs the Go scheduler a hand-over.
-static void process(SpeexEchoState *echo, SpeexPreprocessState *pre, spx_int16_t *mic,
-		const spx_int16_t *ref, spx_int16_t *out) {
-	spx_int16_t *buf = mic;
-	if (echo) {
-		speex_echo_cancellation(echo, mic, ref, out);
-		buf = out;
+// process runs frames frames of frame samples each through the canceller (when there is one)
+// and the preprocessor in a single call from Go: every call from Go into C costs the Go
+// scheduler a hand-over (and often a wake-up of its monitor thread), so a device buffer of
+// ten 10 ms frames is one call, not ten.
+static void process(SpeexEchoState *echo, SpeexPreprocessState *pre, int frame, int frames,
+		spx_int16_t *mic, const spx_int16_t *ref, spx_int16_t *out) {
+	for (int i = 0; i < frames; i++) {
+		spx_int16_t *buf = mic + i * frame;
+		if (echo) {
+			speex_echo_cancellation(echo, buf, ref + i * frame, out + i * frame);
+			buf = out + i * frame;
+		}
+		speex_preprocess_run(pre, buf);
 	}
-	speex_preprocess_run(pre, buf);
 }
 */
 import "C"
@@ -129,16 +133,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Processor runs the canceller and the preprocessor on one mono stream, one frame at a time.
-// It is not safe for concurrent use; Close frees its C state.
+// Processor runs the canceller and the preprocessor on one mono stream, in frames of
+// FrameSize samples, as many as a call brings. It is not safe for concurrent use; Close frees
+// its C state.
 type Processor struct {
 	cfg   Config
 	frame int
 	echo  *C.SpeexEchoState // nil without echo cancellation
 	pre   *C.SpeexPreprocessState
-	// Frame buffers in C memory: speexdsp never sees a Go pointer, so nothing here can trip
-	// cgo's pointer checks, and Go views them through unsafe.Slice.
+	// Buffers in C memory for up to frames frames: speexdsp never sees a Go pointer, so nothing
+	// here can trip cgo's pointer checks, and Go views them through unsafe.Slice. They grow to
+	// the largest batch asked for.
 	cbuf          unsafe.Pointer
+	frames        int
 	mic, ref, out []int16
 	irBuf         unsafe.Pointer // the echo path estimate, for EchoDelay
 	ir            []int32
@@ -155,12 +162,9 @@ func New(cfg Config) (*Processor, error) {
 	}
 	frame := int(int64(cfg.Rate) * int64(cfg.Frame) / int64(time.Second))
 	p := &Processor{cfg: cfg, frame: frame}
-	p.cbuf = C.calloc(C.size_t(3*frame), C.size_t(unsafe.Sizeof(C.spx_int16_t(0))))
-	if p.cbuf == nil {
+	if !p.room(1) {
 		return nil, errors.New("aec: out of memory")
 	}
-	all := unsafe.Slice((*int16)(p.cbuf), 3*frame)
-	p.mic, p.ref, p.out = all[:frame:frame], all[frame:2*frame:2*frame], all[2*frame:]
 	if cfg.EchoCancel {
 		taps := int(int64(cfg.Rate) * int64(cfg.FilterLength) / int64(time.Second))
 		p.echo = C.speex_echo_state_init(C.int(frame), C.int(taps))
@@ -196,30 +200,58 @@ func boolInt(b bool) C.int {
 	return 0
 }
 
-// FrameSize is the number of samples Process takes and gives.
+// room makes the C buffers hold at least n frames; false when out of memory.
+func (p *Processor) room(n int) bool {
+	if n <= p.frames {
+		return true
+	}
+	size := 3 * n * p.frame
+	buf := C.calloc(C.size_t(size), C.size_t(unsafe.Sizeof(C.spx_int16_t(0))))
+	if buf == nil {
+		return false
+	}
+	if p.cbuf != nil {
+		C.free(p.cbuf)
+	}
+	p.cbuf, p.frames = buf, n
+	all := unsafe.Slice((*int16)(buf), size)
+	k := n * p.frame
+	p.mic, p.ref, p.out = all[:k:k], all[k:2*k:2*k], all[2*k:]
+	return true
+}
+
+// FrameSize is the number of samples of one frame: Process takes whole frames.
 func (p *Processor) FrameSize() int { return p.frame }
 
 // Rate is the sample rate in Hz.
 func (p *Processor) Rate() int { return p.cfg.Rate }
 
-// Process cleans one frame: out gets mic with the echo of ref removed (when echo cancellation
-// is on), denoised and gain-controlled as configured. mic, ref and out hold FrameSize samples
-// in [-1, 1] (ref may be nil without echo cancellation); out may be mic.
+// Process cleans whole frames: out gets mic with the echo of ref removed (when echo
+// cancellation is on), denoised and gain-controlled as configured. mic, ref and out hold the
+// same whole number of frames (FrameSize samples each) in [-1, 1] (ref may be nil without echo
+// cancellation); out may be mic. All the frames go through speexdsp in one call from Go: hand
+// over a device buffer at a time.
 func (p *Processor) Process(out, mic, ref []float32) error {
 	if p.pre == nil {
 		return ErrClosed
 	}
-	if len(mic) != p.frame || len(out) != p.frame || (p.echo != nil && len(ref) != p.frame) {
-		return fmt.Errorf("aec: frames of %d samples wanted, got mic %d, ref %d, out %d", p.frame, len(mic), len(ref), len(out))
+	n := len(mic) / p.frame
+	if n == 0 || len(mic)%p.frame != 0 || len(out) != len(mic) || (p.echo != nil && len(ref) != len(mic)) {
+		return fmt.Errorf("aec: whole frames of %d samples wanted, got mic %d, ref %d, out %d", p.frame, len(mic), len(ref), len(out))
 	}
-	toInt16(p.mic, mic)
-	buf, ref16 := p.mic, p.mic // ref16: any valid pointer without a canceller
+	if !p.room(n) {
+		return errors.New("aec: out of memory")
+	}
+	k := n * p.frame
+	mic16 := p.mic[:k]
+	toInt16(mic16, mic)
+	buf, ref16 := mic16, mic16 // ref16: any valid pointer without a canceller
 	if p.echo != nil {
-		toInt16(p.ref, ref)
-		buf, ref16 = p.out, p.ref
+		toInt16(p.ref[:k], ref)
+		buf, ref16 = p.out[:k], p.ref[:k]
 	}
-	C.process(p.echo, p.pre, (*C.spx_int16_t)(unsafe.Pointer(&p.mic[0])), (*C.spx_int16_t)(unsafe.Pointer(&ref16[0])),
-		(*C.spx_int16_t)(unsafe.Pointer(&p.out[0])))
+	C.process(p.echo, p.pre, C.int(p.frame), C.int(n), (*C.spx_int16_t)(unsafe.Pointer(&mic16[0])),
+		(*C.spx_int16_t)(unsafe.Pointer(&ref16[0])), (*C.spx_int16_t)(unsafe.Pointer(&p.out[0])))
 	for i, v := range buf {
 		out[i] = float32(v) / 32768
 	}
@@ -287,7 +319,7 @@ func (p *Processor) Close() {
 	}
 	if p.cbuf != nil {
 		C.free(p.cbuf)
-		p.cbuf = nil
+		p.cbuf, p.frames = nil, 0
 		p.mic, p.ref, p.out = nil, nil, nil
 	}
 }

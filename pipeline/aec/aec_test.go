@@ -10,71 +10,6 @@ import (
 	"github.com/omnisat/omnisat/internal/signaltest"
 )
 
-// speechLike is a stand-in for speech that needs no files: noise shaped into syllables (a
-// 4 Hz envelope with pauses) through a resonant band-pass around a moving formant.
-func speechLike(rate int, d time.Duration, seed uint64) []float32 {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	n := int(d.Seconds() * float64(rate))
-	out := make([]float32, n)
-	var y1, y2 float64
-	for i := range out {
-		t := float64(i) / float64(rate)
-		env := math.Max(0, math.Sin(2*math.Pi*3.7*t+float64(seed))) * (0.6 + 0.4*math.Sin(2*math.Pi*0.31*t))
-		f := 500 + 900*(0.5+0.5*math.Sin(2*math.Pi*0.8*t+float64(seed)))
-		r := 0.97
-		w := 2 * math.Pi * f / float64(rate)
-		x := rng.NormFloat64()
-		y := x + 2*r*math.Cos(w)*y1 - r*r*y2
-		y2, y1 = y1, y
-		out[i] = float32(env * y)
-	}
-	// Normalise to a peak of -6 dBFS: the resonator's gain depends on the rate.
-	var peak float32
-	for _, v := range out {
-		peak = max(peak, v, -v)
-	}
-	for i := range out {
-		out[i] *= 0.5 / peak
-	}
-	return out
-}
-
-// room is an echo path: a bulk delay and an exponentially decaying, randomly signed tail.
-func room(rate int, delay time.Duration, gain float64, seed uint64) []float64 {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	d := int(delay.Seconds() * float64(rate))
-	tail := rate * 40 / 1000
-	h := make([]float64, d+tail)
-	h[d] = gain
-	for i := 1; i < tail; i++ {
-		h[d+i] = gain * 0.3 * rng.NormFloat64() * math.Exp(-float64(i)/float64(tail/6))
-	}
-	return h
-}
-
-func convolve(x []float32, h []float64) []float32 {
-	out := make([]float32, len(x))
-	for i := range x {
-		var acc float64
-		for k, hk := range h {
-			if hk == 0 || i-k < 0 {
-				continue
-			}
-			acc += hk * float64(x[i-k])
-		}
-		out[i] = float32(acc)
-	}
-	return out
-}
-
-func energyDB(s []float32) float64 {
-	var e float64
-	for _, v := range s {
-		e += float64(v) * float64(v)
-	}
-	return 10 * math.Log10(e/float64(len(s))+1e-20)
-}
-
 // run feeds mic and ref through p frame by frame and returns the output.
 func run(t testing.TB, p *Processor, mic, ref []float32) []float32 {
 	out := make([]float32, len(mic))
@@ -97,9 +32,9 @@ func TestCancelsEcho(t *testing.T) {
 	for _, rate := range []int{16000, 44100, 48000} {
 		t.Run(fmt.Sprintf("%dHz", rate), func(t *testing.T) {
 			const total = 10 * time.Second
-			far := speechLike(rate, total, 1)
-			near := speechLike(rate, total, 2)
-			echo := convolve(far, room(rate, 30*time.Millisecond, 0.5, 3))
+			far := signaltest.SpeechLike(rate, total, 1)
+			near := signaltest.SpeechLike(rate, total, 2)
+			echo := signaltest.Convolve(far, signaltest.Room(rate, 30*time.Millisecond, 0.5, 3))
 			// The near-end talker speaks from 6 s to 8 s.
 			nearOn := make([]float32, len(near))
 			from, to := 6*rate, 8*rate
@@ -117,7 +52,7 @@ func TestCancelsEcho(t *testing.T) {
 
 			// ERLE over echo-only audio after 2 s (convergence) and before the near talker.
 			a, b := 2*rate, from
-			erle := energyDB(echo[a:b]) - energyDB(out[a:b])
+			erle := signaltest.LevelDB(echo[a:b]) - signaltest.LevelDB(out[a:b])
 			t.Logf("%d Hz: ERLE %.1f dB after 2 s", rate, erle)
 			// A regression guard on a synthetic room: at 44.1/48 kHz this narrow-band signal
 			// converges more slowly than speech (18.9 dB at 44.1 kHz under -race here); the
@@ -149,7 +84,7 @@ func TestPreprocessOnly(t *testing.T) {
 	}
 	defer p.Close()
 	out := run(t, p, noise, nil)
-	drop := energyDB(noise[2*rate:]) - energyDB(out[2*rate:])
+	drop := signaltest.LevelDB(noise[2*rate:]) - signaltest.LevelDB(out[2*rate:])
 	t.Logf("noise suppression: %.1f dB", drop)
 	if drop < 10 {
 		t.Errorf("stationary noise lowered by %.1f dB, want ≥ 10", drop)
@@ -159,8 +94,8 @@ func TestPreprocessOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	if same := run(t, q, noise, nil); math.Abs(energyDB(same[rate:])-energyDB(noise[rate:])) > 0.5 {
-		t.Errorf("with nothing on the level changed: %.1f dB → %.1f dB", energyDB(noise[rate:]), energyDB(same[rate:]))
+	if same := run(t, q, noise, nil); math.Abs(signaltest.LevelDB(same[rate:])-signaltest.LevelDB(noise[rate:])) > 0.5 {
+		t.Errorf("with nothing on the level changed: %.1f dB → %.1f dB", signaltest.LevelDB(noise[rate:]), signaltest.LevelDB(same[rate:]))
 	}
 }
 
@@ -183,6 +118,13 @@ func TestBadInput(t *testing.T) {
 	if err := p.Process(buf[:10], buf[:10], buf[:10]); err == nil {
 		t.Error("Process with a short frame: no error")
 	}
+	two := make([]float32, 2*p.FrameSize()+1)
+	if err := p.Process(two, two, two); err == nil {
+		t.Error("Process with a frame and a bit: no error")
+	}
+	if err := p.Process(two[:2*p.FrameSize()], two[:2*p.FrameSize()], buf); err == nil {
+		t.Error("Process with a reference shorter than the microphone: no error")
+	}
 	nan := make([]float32, p.FrameSize())
 	for i := range nan {
 		nan[i] = float32(math.NaN())
@@ -197,30 +139,75 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestBatchIsFrameByFrame: a device buffer of frames in one call gives exactly what the same
+// frames give one call each (the same speexdsp calls in the same order), including a batch
+// that grows the C buffers mid-stream.
+func TestBatchIsFrameByFrame(t *testing.T) {
+	const rate = 16000
+	far := signaltest.SpeechLike(rate, 3*time.Second, 5)
+	mic := signaltest.Convolve(far, signaltest.Room(rate, 20*time.Millisecond, 0.5, 5))
+	cfg := Config{Rate: rate, EchoCancel: true, Denoise: true, AGC: true}
+	one, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	batch, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch.Close()
+	want := run(t, one, mic, far)
+	got := make([]float32, len(mic))
+	f := batch.FrameSize()
+	for i, n := 0, 1; i < len(mic); n = n%12 + 1 { // batches of 1, 2, … 12 frames
+		k := min(n*f, (len(mic)-i)/f*f)
+		if k == 0 {
+			break
+		}
+		if err := batch.Process(got[i:i+k], mic[i:i+k], far[i:i+k]); err != nil {
+			t.Fatal(err)
+		}
+		i += k
+	}
+	for i := range want[:len(mic)/f*f] {
+		if got[i] != want[i] {
+			t.Fatalf("sample %d: batched %v, frame by frame %v", i, got[i], want[i])
+		}
+	}
+}
+
 // BenchmarkProcess is the CPU the whole cleaning costs per second of audio (echo cancellation
-// with a 200 ms filter, residual echo and noise suppression, AGC), in 10 ms frames.
+// with a 200 ms filter, residual echo and noise suppression, AGC): 10 ms frames handed over one
+// call each (frame) or a 100 ms device buffer per call (buffer), and the calls into C a second.
 func BenchmarkProcess(b *testing.B) {
 	for _, rate := range []int{16000, 44100, 48000} {
-		b.Run(fmt.Sprintf("%dHz", rate), func(b *testing.B) {
-			far := speechLike(rate, time.Second, 1)
-			mic := convolve(far, room(rate, 20*time.Millisecond, 0.5, 3))
-			p, err := New(Config{Rate: rate, EchoCancel: true, Denoise: true, AGC: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			out := make([]float32, len(mic))
-			f := p.FrameSize()
-			b.ReportAllocs()
-			for b.Loop() {
-				for i := 0; i+f <= len(mic); i += f {
-					p.Process(out[i:i+f], mic[i:i+f], far[i:i+f])
+		for _, per := range []struct {
+			name   string
+			frames int
+		}{{"frame", 1}, {"buffer", 10}} {
+			b.Run(fmt.Sprintf("%dHz/%s", rate, per.name), func(b *testing.B) {
+				far := signaltest.SpeechLike(rate, time.Second, 1)
+				mic := signaltest.Convolve(far, signaltest.Room(rate, 20*time.Millisecond, 0.5, 3))
+				p, err := New(Config{Rate: rate, EchoCancel: true, Denoise: true, AGC: true})
+				if err != nil {
+					b.Fatal(err)
 				}
-			}
-			msPerS := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / 1e6
-			b.ReportMetric(msPerS, "ms-cpu/s-audio")
-			b.ReportMetric(msPerS/10, "%core")
-		})
+				defer p.Close()
+				out := make([]float32, len(mic))
+				step := per.frames * p.FrameSize()
+				b.ReportAllocs()
+				for b.Loop() {
+					for i := 0; i+step <= len(mic); i += step {
+						p.Process(out[i:i+step], mic[i:i+step], far[i:i+step])
+					}
+				}
+				msPerS := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / 1e6
+				b.ReportMetric(msPerS, "ms-cpu/s-audio")
+				b.ReportMetric(msPerS/10, "%core")
+				b.ReportMetric(float64(len(mic)/step), "calls/s-audio")
+			})
+		}
 	}
 }
 
@@ -228,8 +215,8 @@ func BenchmarkProcess(b *testing.B) {
 // room's bulk delay (the room's direct path is its largest tap).
 func TestEchoDelay(t *testing.T) {
 	const rate = 16000
-	far := speechLike(rate, 4*time.Second, 3)
-	mic := convolve(far, room(rate, 30*time.Millisecond, 0.5, 3))
+	far := signaltest.SpeechLike(rate, 4*time.Second, 3)
+	mic := signaltest.Convolve(far, signaltest.Room(rate, 30*time.Millisecond, 0.5, 3))
 	p, err := New(Config{Rate: rate, EchoCancel: true})
 	if err != nil {
 		t.Fatal(err)

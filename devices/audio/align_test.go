@@ -1,0 +1,443 @@
+package audio
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/omnisat/omnisat/internal/signaltest"
+	"github.com/omnisat/omnisat/pipeline"
+	"github.com/omnisat/omnisat/pipeline/aec"
+)
+
+// echoRig plays both ends of an echo path into a cleaner the way the two pumps and the
+// microphone's reader do, with no devices and no clock: the speaker's buffers are recorded into
+// the reference with their converter times, the microphone hears what came out of the speaker
+// through a room, and each microphone buffer is cleaned as the reader would clean it. What the
+// devices really did (physical time, in samples) and what their timestamps say are set apart,
+// so that a late callback, a late pump, an underrun or a real move of the echo can be played
+// exactly, the same way every run.
+type echoRig struct {
+	rate               int
+	spkBlock, micBlock int
+	// micLead: capture sample k is taken at physical time k+micLead; outLead: a speaker buffer
+	// is handed over (and recorded) outLead before it reaches the converter.
+	micLead, outLead int64
+	room             []float64
+	near             []float32 // the user, by capture index (nil: silent)
+
+	played []float32 // what the speaker played, by its sample index (underruns are silence in it)
+	// move: from speaker index moveAt on, what it plays reaches the converter move samples
+	// later than before (silence nobody counted, as a sound server's own underrun inserts);
+	// xrun says the host reported it.
+	moveAt, move int64
+	xrun         bool
+	// What the timestamps say beyond the truth, in seconds: for the speaker's buffer starting
+	// at index j and the microphone's starting at capture index k.
+	spkErr func(j int64) float64
+	micErr func(k int64) float64
+	// The speaker's pump is late: buffers due between physical times lateFrom and lateTo reach
+	// the reference only at lateTo.
+	lateFrom, lateTo int64
+}
+
+const rigT0 = 1000.0 // seconds on the stream clock at physical time 0
+
+// spkShift is how much later than its index says speaker sample j reaches the converter.
+func (g *echoRig) spkShift(j int64) int64 {
+	if g.move != 0 && j >= g.moveAt {
+		return g.move
+	}
+	return 0
+}
+
+// heard is what the microphone takes: the speaker's sound through the room, plus the user.
+func (g *echoRig) heard(n int) []float32 {
+	phys := make([]float32, n+int(g.micLead)+int(max(g.move, 0))+1)
+	for j, v := range g.played {
+		if p := int64(j) + g.spkShift(int64(j)); p >= 0 && p < int64(len(phys)) {
+			phys[p] = v
+		}
+	}
+	echo := signaltest.Convolve(phys, g.room)
+	mic := make([]float32, n)
+	for k := range mic {
+		mic[k] = echo[int64(k)+g.micLead]
+		if k < len(g.near) {
+			mic[k] += g.near[k]
+		}
+	}
+	return mic
+}
+
+// run feeds the cleaner n capture samples' worth of both streams in the order the pumps would
+// and returns what it made of the microphone, by capture index, and the cleaner's counters
+// when the output first reached mark samples.
+func (g *echoRig) run(t testing.TB, c *cleaner, ref *EchoReference, n, mark int) (mic, out []float32, atMark CleanStats) {
+	t.Helper()
+	mic = g.heard(n)
+	ref.attach(g.rate)
+	type event struct {
+		at    int64 // physical time
+		spk   bool
+		index int64
+	}
+	var events []event
+	for j := int64(0); j < int64(len(g.played)); j += int64(g.spkBlock) {
+		at := j + g.spkShift(j) - g.outLead
+		if at >= g.lateFrom && at < g.lateTo {
+			at = g.lateTo
+		}
+		events = append(events, event{at, true, j})
+	}
+	for k := int64(0); k+int64(g.micBlock) <= int64(n); k += int64(g.micBlock) {
+		events = append(events, event{k + int64(g.micBlock) + g.micLead, false, k})
+	}
+	slices.SortStableFunc(events, func(a, b event) int { return int(a.at - b.at) })
+	ring := newRing(g.rate, 1)
+	out = make([]float32, 0, n)
+	restarted := false
+	for _, e := range events {
+		if e.spk {
+			end := min(e.index+int64(g.spkBlock), int64(len(g.played)))
+			at := rigT0 + float64(e.index+g.spkShift(e.index))/float64(g.rate)
+			if g.spkErr != nil {
+				at += g.spkErr(e.index)
+			}
+			ev := timelineGoesOn
+			switch {
+			case e.index == 0:
+				ev = timelineNew
+			case g.xrun && !restarted && e.index >= g.moveAt:
+				ev, restarted = timelineXrun, true
+			}
+			ref.play(g.played[e.index:end], at, 0, ev)
+		} else {
+			at := rigT0 + float64(e.index+g.micLead)/float64(g.rate)
+			if g.micErr != nil {
+				at += g.micErr(e.index)
+			}
+			ev := timelineGoesOn
+			if e.index == 0 {
+				ev = timelineNew
+			}
+			ring.mark(at, g.rate, ev)
+			ring.write(mic[e.index : e.index+int64(g.micBlock)])
+		}
+		// The reader: everything the ring holds, then anything waiting for the reference.
+		buf := make([]float32, g.rate)
+		got, start, timing := ring.readFrom(buf)
+		if out = c.process(out, buf[:got], start, timing); len(out) < mark {
+			atMark = c.counters()
+		}
+	}
+	return mic, out, atMark
+}
+
+// newRigCleaner is the microphone's cleaner for the rig: echo handling mode, noise suppression on.
+func newRigCleaner(t testing.TB, mode EchoMode, rate int) (*cleaner, *EchoReference) {
+	t.Helper()
+	ref := NewEchoReference()
+	c, err := newCleaner(CleanConfig{Echo: mode, Reference: ref, MuteHangover: 300 * time.Millisecond,
+		Processor: aec.Config{Denoise: true}}, rate, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	return c, ref
+}
+
+// defaultRig is 40 s of the model speaking at 16 kHz into a small room (5 ms, -6 dB), the
+// speaker's pump handing over 12.5 ms buffers and the microphone delivering 20 ms ones.
+func defaultRig() *echoRig {
+	const rate = 16000
+	return &echoRig{rate: rate, spkBlock: 200, micBlock: 320, micLead: 800, outLead: 640,
+		room: signaltest.Room(rate, 5*time.Millisecond, 0.5, 11), played: signaltest.SpeechLike(rate, 41*time.Second, 11)}
+}
+
+// echoVerdict is what came out while only the model spoke.
+type echoVerdict struct {
+	erle     float64   // over the span, dB
+	halves   []float64 // per half second, dB (NaN: nothing to cancel)
+	bargeIns int       // times the agent's barge-in detector, at its defaults, would have fired
+}
+
+func judgeEcho(mic, out []float32, from, to, rate int) echoVerdict {
+	to = min(to, len(out))
+	v := echoVerdict{erle: signaltest.LevelDB(mic[from:to]) - signaltest.LevelDB(out[from:to])}
+	for i := from; i+rate/2 <= to; i += rate / 2 {
+		if signaltest.LevelDB(mic[i:i+rate/2]) < -50 {
+			v.halves = append(v.halves, math.NaN())
+			continue
+		}
+		v.halves = append(v.halves, math.Round((signaltest.LevelDB(mic[i:i+rate/2])-signaltest.LevelDB(out[i:i+rate/2]))*10)/10)
+	}
+	// The agent's barge-in detector as it is set up by default (agent/bus.go): -35 dBFS for
+	// 150 ms, with up to 60 ms of closure inside.
+	vad := pipeline.NewEnergyVAD(rate, -35, 150, 300)
+	vad.SetAttackGap(3)
+	for i := from; i+rate/50 <= to; i += rate / 50 {
+		if speaking, changed := vad.Process(out[i : i+rate/50]); speaking && changed {
+			v.bargeIns++
+		}
+	}
+	return v
+}
+
+// mutedAfter is the share of the 10 ms frames after the mark that were muted.
+func mutedAfter(end, mark CleanStats) float64 {
+	return float64(end.MutedFrames-mark.MutedFrames) / float64(max(end.Frames-mark.Frames, 1))
+}
+
+// TestEchoAlignmentIgnoresDisturbedTimestamps: under load a late callback shifts the speaker's
+// timestamps (and every one after it) by its lateness while not one sample moved, and the
+// microphone's jitter with one-sided outliers. The echo stays where the canceller learnt it:
+// no re-alignment, no drop in ERLE, nothing the barge-in detector could take for the user.
+func TestEchoAlignmentIgnoresDisturbedTimestamps(t *testing.T) {
+	g := defaultRig()
+	g.spkErr = func(j int64) float64 {
+		switch {
+		case j >= 30*16000:
+			return 0.0209 - 0.015
+		case j >= 12*16000:
+			return 0.0209
+		}
+		return 0
+	}
+	g.micErr = func(k int64) float64 {
+		if (k/320)%7 == 3 {
+			return 0.004 // a late one now and then, always late
+		}
+		return 0
+	}
+	c, ref := newRigCleaner(t, EchoAEC, g.rate)
+	mic, out, mark := g.run(t, c, ref, 40*g.rate, 5*g.rate)
+	v := judgeEcho(mic, out, 5*g.rate, 40*g.rate, g.rate)
+	st := c.counters()
+	muted := mutedAfter(st, mark)
+	t.Logf("ERLE %.1f dB; per half second %v; %d barge-ins; muted %.1f%%; %+v",
+		v.erle, v.halves, v.bargeIns, 100*muted, st)
+	if st.Slips != 1 {
+		t.Errorf("%d alignments, want 1: the timestamps moved, the echo did not", st.Slips)
+	}
+	if st.Kept == 0 {
+		t.Error("the timestamps' moves were not judged")
+	}
+	if v.erle < 25 {
+		t.Errorf("ERLE %.1f dB after learning, want ≥ 25", v.erle)
+	}
+	if v.bargeIns > 0 {
+		t.Errorf("%d barge-ins on echo alone", v.bargeIns)
+	}
+	if muted > 0.05 {
+		t.Errorf("%.1f%% of the frames muted after learning, want ≤ 5%%: the user would be cut off", 100*muted)
+	}
+}
+
+// TestEchoDisputeLetsTheUserThrough: the timestamps jump (a late callback) just as the user
+// starts talking over the model. The user's voice must not be taken for an echo that moved:
+// the alignment is kept, and the user reaches the output (the barge-in detector) while the
+// dispute is judged, not after it.
+func TestEchoDisputeLetsTheUserThrough(t *testing.T) {
+	g := defaultRig()
+	g.spkErr = func(j int64) float64 {
+		if j >= 12*16000 {
+			return 0.0209
+		}
+		return 0
+	}
+	const from, to = 12 * 16000, 15 * 16000
+	user := signaltest.SpeechLike(g.rate, 3*time.Second, 29)
+	g.near = make([]float32, to)
+	copy(g.near[from:], user)
+	c, ref := newRigCleaner(t, EchoAEC, g.rate)
+	_, out, _ := g.run(t, c, ref, 40*g.rate, 0)
+	st := c.counters()
+	// The output comes a frame or so after the capture (the noise suppressor's window).
+	lag, _ := signaltest.Align(user[:g.rate], out[from-g.rate/10:to])
+	lag -= g.rate / 10
+	passed := signaltest.NCC(user, out[from:to], lag)
+	// The first 300 ms: what the barge-in detector has to go on.
+	onset := signaltest.NCC(user[:g.rate*3/10], out[from:from+g.rate*3/10+lag], lag)
+	t.Logf("user's speech in the output (%d samples later): ncc %.2f (first 300 ms %.2f); %+v", lag, passed, onset, st)
+	if st.Slips != 1 {
+		t.Errorf("%d alignments, want 1: the user talked, the echo did not move", st.Slips)
+	}
+	if passed < 0.8 || onset < 0.8 {
+		t.Errorf("the user's speech came through with ncc %.2f (first 300 ms %.2f), want ≥ 0.8", passed, onset)
+	}
+}
+
+// TestEchoFollowsAMove: the speaker's sound really moves against its sample count (a sound
+// server inserted silence nobody counted; with xrun, the host said so), 20 ms later or 20 ms
+// earlier, and the timestamps show it. The reference is re-aligned, the canceller learns the
+// new echo path, and meanwhile the echo never reaches the barge-in detector.
+func TestEchoFollowsAMove(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		move int64
+		xrun bool
+	}{{"later", 320, false}, {"earlier", -320, false}, {"later, host xrun", 320, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := defaultRig()
+			g.moveAt, g.move, g.xrun = 15*16000, tc.move, tc.xrun
+			c, ref := newRigCleaner(t, EchoAEC, g.rate)
+			mic, out, mark := g.run(t, c, ref, 40*g.rate, 5*g.rate)
+			v := judgeEcho(mic, out, 5*g.rate, 40*g.rate, g.rate)
+			after := judgeEcho(mic, out, 20*g.rate, 40*g.rate, g.rate)
+			st := c.counters()
+			muted := mutedAfter(st, mark)
+			t.Logf("ERLE %.1f dB, %.1f dB from 5 s after the move; per half second %v; %d barge-ins; muted %.1f%%; %+v",
+				v.erle, after.erle, v.halves, v.bargeIns, 100*muted, st)
+			if st.Slips != 2 {
+				t.Errorf("%d alignments, want 2: the start and the move", st.Slips)
+			}
+			if v.bargeIns > 0 {
+				t.Errorf("%d barge-ins on echo alone", v.bargeIns)
+			}
+			if after.erle < 25 {
+				t.Errorf("ERLE %.1f dB from 5 s after the move, want ≥ 25", after.erle)
+			}
+			// Re-learning mutes only while the model talks, and only until the canceller cancels:
+			// at most learnTime (2 s) of its speech, about 4 s of these 35.
+			if muted > 0.12 {
+				t.Errorf("%.1f%% of the frames muted after learning, want ≤ 12%%", 100*muted)
+			}
+		})
+	}
+}
+
+// TestEchoWaitsForALateSpeaker: the speaker's pump runs late (a busy machine) and records what
+// the device played only later, while the microphone's buffers keep coming. Their frames wait
+// for it: none is cleaned against a reference that is not there yet.
+func TestEchoWaitsForALateSpeaker(t *testing.T) {
+	g := defaultRig()
+	g.lateFrom, g.lateTo = 10*16000, 10*16000+4800 // 300 ms late
+	c, ref := newRigCleaner(t, EchoAEC, g.rate)
+	mic, out, _ := g.run(t, c, ref, 40*g.rate, 0)
+	if len(out) != 40*g.rate {
+		t.Fatalf("%d samples out of %d", len(out), 40*g.rate)
+	}
+	v := judgeEcho(mic, out, 3*g.rate, 40*g.rate, g.rate)
+	st := c.counters()
+	t.Logf("ERLE %.1f dB; per half second %v; %d barge-ins; %+v", v.erle, v.halves, v.bargeIns, st)
+	if st.Unknown != 0 || st.Slips != 1 {
+		t.Errorf("%d frames without a reference, %d alignments; want 0 and 1", st.Unknown, st.Slips)
+	}
+	if v.erle < 25 || v.bargeIns > 0 {
+		t.Errorf("ERLE %.1f dB, %d barge-ins: want ≥ 25 dB and none", v.erle, v.bargeIns)
+	}
+}
+
+// TestMuteModeLeaksNothing: half duplex through everything a busy machine does at once —
+// underruns (silence in what the speaker played), a late pump, timestamps shifted by a late
+// callback, and a real move of the speaker's sound: no sample of the echo gets through.
+func TestMuteModeLeaksNothing(t *testing.T) {
+	g := defaultRig()
+	for _, gap := range [][2]int{{8, 300}, {8, 60}, {17, 20}, {25, 500}} { // at s + ms, for ms
+		at := gap[0]*g.rate + gap[1]*g.rate/1000
+		clear(g.played[at : at+gap[1]*g.rate/1000])
+	}
+	g.lateFrom, g.lateTo = 9*16000, 9*16000+3200
+	g.spkErr = func(j int64) float64 {
+		if j >= 12*16000 {
+			return -0.030 // the timestamps say the speaker plays 30 ms sooner
+		}
+		return 0
+	}
+	g.moveAt, g.move = 20*16000, 480 // and then it really plays 30 ms later
+	c, ref := newRigCleaner(t, EchoMute, g.rate)
+	_, out, _ := g.run(t, c, ref, 40*g.rate, 0)
+	leaked, loudest := 0, float32(0)
+	echo := g.heard(40 * g.rate) // no user: everything heard is echo
+	for i, v := range out {
+		if echo[i] != 0 && v != 0 {
+			leaked++
+			loudest = max(loudest, v, -v)
+		}
+	}
+	st := c.counters()
+	t.Logf("%d samples of echo passed (peak %.4f); %+v", leaked, loudest, st)
+	if leaked > 0 {
+		t.Errorf("%d samples of echo passed in mute mode (peak %.4f)", leaked, loudest)
+	}
+}
+
+// TestMicrophoneWaitsForTheSpeaker: Read holds back the frames whose reference the speaker
+// has not recorded yet and goes on when it has (or has stopped: nothing plays); a speaker whose
+// record never comes is waited for refPatience, then those frames are muted.
+func TestMicrophoneWaitsForTheSpeaker(t *testing.T) {
+	const rate = 16000
+	for _, how := range []string{"records", "stops", "never"} {
+		t.Run(how, func(t *testing.T) {
+			ref := NewEchoReference()
+			ref.attach(rate)
+			m := &Microphone{cfg: MicConfig{Channel: Mixdown, Clean: CleanConfig{Echo: EchoAEC, Reference: ref}},
+				rate: rate, channels: 1, gain: 1, done: make(chan struct{})}
+			m.link = newLink("microphone", "read", "test", nil, nil)
+			if err := m.initReader(); err != nil {
+				t.Fatal(err)
+			}
+			defer m.clean.close()
+			far := signaltest.SpeechLike(rate, time.Second, 3)
+			// The speaker has recorded its first half second; the microphone delivers a whole
+			// second taken at the same moments (its echo: far, 6 dB down).
+			ref.play(far[:rate/2], rigT0, 0, timelineNew)
+			heard := make([]float32, rate)
+			for i, v := range far {
+				heard[i] = v / 2
+			}
+			m.ring.mark(rigT0, rate, timelineNew)
+			m.ring.write(heard)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			p := make([]float32, 2*rate)
+			n, err := m.Read(ctx, p)
+			if err != nil || n == 0 || n > rate/2+rate/10 {
+				t.Fatalf("first Read: %d samples, %v; want the half second whose reference is there", n, err)
+			}
+			got := n
+			done := make(chan int)
+			go func() {
+				n, err := m.Read(ctx, p)
+				if err != nil {
+					t.Error(err)
+				}
+				done <- n
+			}()
+			if how != "never" {
+				waitFor(t, func() bool { ref.mu.Lock(); defer ref.mu.Unlock(); return ref.watched })
+				if how == "records" {
+					ref.playMore(far[rate/2:])
+					ref.playMore(make([]float32, rate/10)) // and a little after, for the lead
+				} else {
+					ref.stop()
+				}
+			}
+			got += <-done
+			st := m.Stats().Clean
+			t.Logf("%d samples out; %+v", got, st)
+			if st.Waits == 0 {
+				t.Error("Read did not wait for the speaker")
+			}
+			if want := how == "never"; (st.Unknown > 0) != want {
+				t.Errorf("%d frames muted for want of a reference, want some: %v", st.Unknown, want)
+			}
+			if got < rate*8/10 {
+				t.Errorf("%d samples out of a second", got)
+			}
+		})
+	}
+}
+
+// waitFor waits until cond holds, or fails the test after a minute.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within a minute")
+		}
+	}
+}
