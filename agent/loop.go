@@ -697,12 +697,18 @@ func (l *loop) handleDial(dr dialResult) {
 // one-worker server, behind our own session, until that one reaches the server's limit. Leave
 // the queue and roll over sequentially from now on.
 func (l *loop) handleQueuedAhead(a *attempt) {
-	if a != l.dialing || !a.rollover.Load() || l.cur == nil {
+	if !a.rollover.Load() || l.sequential {
 		return
 	}
-	l.s.log.Info("agent: the next session was queued behind ours (a one-worker server?): leaving the queue; " +
+	// The queue report may come after our session ended or after the dial got its worker (the
+	// loop took those first): the server queued a session opened beside ours all the same, so
+	// the next rollovers are sequential whatever became of this one.
+	l.s.log.Info("agent: the next session was queued behind ours (a one-worker server?); " +
 		"rollovers close the old session first from now on")
 	l.sequential = true
+	if a != l.dialing || l.cur == nil {
+		return // nothing ahead of it to leave: it is simply the next session now
+	}
 	l.abandon(a)
 	l.dialing = nil // stays in inflight until its dial has returned
 	// The old session keeps its worker, and the audio, until the queue has seen us leave.
