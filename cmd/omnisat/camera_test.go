@@ -98,7 +98,10 @@ func TestRunWithVideoFileCamera(t *testing.T) {
 		return nil
 	}
 	out, errb := runVideoAgent(t, sim, dir, "  source: file:cam.mp4\n  max_edge: 320\n  quality: 70\n  encode_fps: 2\n",
-		func(*agent.Status) bool { recs := sim.Sessions(); return len(recs) > 0 && len(withFrames(recs[0].Appends)) >= 6 })
+		func(*agent.Status) bool {
+			recs := sim.Sessions()
+			return len(recs) > 0 && len(withFrames(recs[0].Appends)) >= 6
+		})
 	recs := sim.Sessions()
 	if len(recs) == 0 || len(withFrames(recs[0].Appends)) < 6 {
 		t.Fatalf("too few chunks with frames; output %s %s", out, errb)
