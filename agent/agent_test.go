@@ -124,7 +124,7 @@ func newHarness(t testing.TB, su setup) *harness {
 		d = realtimetest.Current
 	}
 	server := realtime.Config{URL: serverURL, Dialect: realtime.Dialect(d), Mode: mode, Model: "test-model",
-		PingInterval: 500 * time.Millisecond, DeadLinkTimeout: 3 * time.Second, DialTimeout: 5 * time.Second,
+		PingInterval: 500 * time.Millisecond, DeadLinkTimeout: 8 * time.Second, DialTimeout: 5 * time.Second,
 		Init: realtime.Init{Instructions: "You are a test."}}
 	if su.server != nil {
 		su.server(&server)
@@ -646,7 +646,7 @@ func TestSilentLinkDetected(t *testing.T) {
 	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
 	h.proxy.Stall()
 	stalled := time.Now()
-	// DeadLinkTimeout is 3 s in this harness; a loaded machine may take longer to notice.
+	// DeadLinkTimeout is 8 s in this harness; a loaded machine may take longer to notice.
 	ev := h.waitFor("session_ended", 20*time.Second, isLifecycle("session_ended"))
 	detected := time.Since(stalled)
 	if lc := ev.(agent.Lifecycle); !strings.Contains(lc.Reason, "dead") {
