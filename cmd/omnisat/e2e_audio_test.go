@@ -305,7 +305,7 @@ func TestEndToEndDeviceLoss(t *testing.T) {
 	t.Logf("device loss reported after %v: %v", time.Since(lostAt).Round(time.Millisecond), st.Devices)
 	// The pace goes on: two more chunks (silence, the microphone's stand-in) reach the server.
 	before := len(sim.Sessions()[0].Appends)
-	waitFor(t, 30*time.Second, func() bool { return len(sim.Sessions()[0].Appends) >= before+2 })
+	waitUntil(t, "two more chunks", 30*time.Second, func() bool { return len(sim.Sessions()[0].Appends) >= before+2 })
 	if st := status(t, sock); st.State != agent.StateListening || len(sim.Sessions()) != 1 {
 		t.Fatalf("session did not carry on without the devices: %+v, %d sessions", st, len(sim.Sessions()))
 	}

@@ -70,7 +70,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	os.WriteFile(cfgPath, []byte("server:\n  url: "+sim.URL()+"\n  mode: vidoe\naudio:\n  volume: 500\n"), 0o600)
 	hup()
 	waitMsg("kiosk/a/event", `"config_rejected"`, 10*time.Second)
-	waitFor(t, 5*time.Second, func() bool { return strings.Contains(logs.String(), "reload refused") })
+	waitUntil(t, "\"reload refused\" in the log", 5*time.Second, func() bool { return strings.Contains(logs.String(), "reload refused") })
 	for _, want := range []string{`server.mode: \"vidoe\" is not one of video, audio, chat`, `audio.volume: 500 is outside 0..100`} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("the log lacks %q", want)
@@ -84,7 +84,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	write("Second prompt.", "40", "1s", mqttPart("kiosk/a", "1s"))
 	hup()
 	waitMsg("kiosk/a/event", `"config_reloaded"`, 10*time.Second)
-	waitFor(t, 5*time.Second, func() bool { return status(t, sock).Volume == 40 })
+	waitUntil(t, "volume 40 in the status", 5*time.Second, func() bool { return status(t, sock).Volume == 40 })
 	// Two statistics in a row tell the new interval by their own uptimes (the old one was 60 s),
 	// whatever delays a busy machine adds to their delivery.
 	uptime := func() float64 {
@@ -107,7 +107,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if u1, u2 := uptime(), uptime(); u2-u1 > 10 {
 		t.Errorf("statistics %.1f s apart after stats_interval: 1s", u2-u1)
 	}
-	waitFor(t, 15*time.Second, func() bool {
+	waitUntil(t, "a session with the second prompt", 15*time.Second, func() bool {
 		recs := sim.Sessions()
 		return len(recs) >= 2 && recs[len(recs)-1].Init.Instructions != "" && strings.HasPrefix(recs[len(recs)-1].Init.Instructions, "Second prompt.")
 	})
@@ -126,7 +126,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	sessions := len(sim.Sessions())
 	write("Second prompt.", "40", "500ms", mqttPart("kiosk/b", "1s"))
 	hup()
-	waitFor(t, 20*time.Second, func() bool {
+	waitUntil(t, "a new session with 8000-sample chunks", 20*time.Second, func() bool {
 		recs := sim.Sessions()
 		if len(recs) <= sessions {
 			return false
@@ -143,7 +143,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	third := status(t, sock)
 	write("Second prompt.", "40", "500ms", mqttPart("kiosk/b", "1s")+"log:\n  format: json\n")
 	hup()
-	waitFor(t, 20*time.Second, func() bool { return strings.Contains(logs.String(), `"msg":"config: reloaded"`) })
+	waitUntil(t, "\"config: reloaded\" in the log", 20*time.Second, func() bool { return strings.Contains(logs.String(), `"msg":"config: reloaded"`) })
 	waitState(t, sock, agent.StateListening, 10*time.Second)
 	if st := status(t, sock); st.SessionID != third.SessionID {
 		t.Errorf("a log.format change restarted the session: %s → %s", third.SessionID, st.SessionID)
@@ -160,17 +160,6 @@ func reloadSetup(t *testing.T) (sim *realtimetest.Server, broker, bin, dir strin
 	sim = realtimetest.NewServer(realtimetest.Options{Workers: 2})
 	t.Cleanup(sim.Close)
 	return sim, b.URL(), buildOmnisat(t), t.TempDir(), watchBroker(t, b.URL())
-}
-
-func waitFor(t *testing.T, within time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // A reload is a transaction (the real binary, a real SIGHUP, the virtual sound card, a real
@@ -249,7 +238,7 @@ func TestReloadIsATransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitBroker(t, msgs, "kiosk/event", `"config_reloaded"`, "session")
-	waitFor(t, 20*time.Second, func() bool {
+	waitUntil(t, "a new session with 8000-sample chunks", 20*time.Second, func() bool {
 		recs := sim.Sessions()
 		last := recs[len(recs)-1]
 		return len(recs) > sessions && len(last.Appends) > 0 && last.Appends[0].Samples == 8000

@@ -92,7 +92,7 @@ mqtt:
 	next("sat/state", func(v map[string]any) bool {
 		return v["mic_muted"] == true && v["camera_on"] == false && v["volume"] == 37.0
 	}, 15*time.Second)
-	waitFor(t, 10*time.Second, func() bool { return len(status(t, sock).Overrides) == 4 })
+	waitUntil(t, "four overrides in the status", 10*time.Second, func() bool { return len(status(t, sock).Overrides) == 4 })
 	firstRun := len(sim.Sessions())
 	stop()
 	shutdownEnd := next("sat/event", func(v map[string]any) bool { return v["kind"] == "session_ended" && v["reason"] == "shutdown" }, 10*time.Second)
@@ -113,13 +113,13 @@ mqtt:
 	// The control socket may come up a moment after the broker connection: wait for its first
 	// answer, which must already hold the restored settings.
 	var st agent.Status
-	waitFor(t, 30*time.Second, func() bool { st = status(t, sock); return st.State != "" })
+	waitUntil(t, "an answer from the control socket", 30*time.Second, func() bool { st = status(t, sock); return st.State != "" })
 	if !st.Muted || st.CameraOn || st.Volume != 37 {
 		t.Fatalf("ctl status after the restart: %+v", st)
 	}
 	// Privacy: the new session hears only silence, sees no frame, and carries the new prompt.
 	var rec realtimetest.SessionRecord
-	waitFor(t, 30*time.Second, func() bool {
+	waitUntil(t, "three chunks in the session after the restart", 30*time.Second, func() bool {
 		recs := sim.Sessions()
 		if len(recs) <= firstRun {
 			return false
