@@ -631,13 +631,12 @@ func TestNothingDueNoTimer(t *testing.T) {
 	}
 }
 
-// heldDevice is a microphone that captures a 100 ms block every 100 ms of real time and hands it
-// to the reader, unless the test holds them: then they pile up in its buffer, as in a device
-// with a long input buffer (or a driver that delivers late), and go to the reader as one block
-// at release.
+// heldDevice is a microphone that captures 100 ms every 100 ms of real time and hands it to the
+// reader, unless the test holds it: then the audio piles up in its buffer, as in a device with
+// a long input buffer (or a driver that delivers late), and goes to the reader at release.
 type heldDevice struct {
 	mu      sync.Mutex
-	ready   [][]float32
+	buf     []float32 // captured, not yet read
 	held    bool
 	pos     int // samples captured so far: sample i's value is ramp(i)
 	wake    chan struct{}
@@ -656,16 +655,10 @@ func newHeldDevice(t *testing.T) *heldDevice {
 				return
 			}
 			d.mu.Lock()
-			block := make([]float32, 1600)
-			for i := range block {
-				block[i] = float32(d.pos+i) / (1 << 24)
+			for i := range 1600 {
+				d.buf = append(d.buf, float32(d.pos+i)/(1<<24))
 			}
-			d.pos += len(block)
-			if d.held && len(d.ready) > 0 {
-				d.ready[len(d.ready)-1] = append(d.ready[len(d.ready)-1], block...)
-			} else {
-				d.ready = append(d.ready, block)
-			}
+			d.pos += 1600
 			d.mu.Unlock()
 			select {
 			case d.wake <- struct{}{}:
@@ -677,17 +670,14 @@ func newHeldDevice(t *testing.T) *heldDevice {
 	return d
 }
 
-// hold keeps what is captured from now on until release.
-func (d *heldDevice) hold() {
-	d.mu.Lock()
-	d.held = true
-	d.ready = append(d.ready, nil)
-	d.mu.Unlock()
-}
+// hold keeps what is captured until release.
+func (d *heldDevice) hold() { d.setHeld(true) }
 
-func (d *heldDevice) release() {
+func (d *heldDevice) release() { d.setHeld(false) }
+
+func (d *heldDevice) setHeld(on bool) {
 	d.mu.Lock()
-	d.held = false
+	d.held = on
 	d.mu.Unlock()
 }
 
@@ -700,18 +690,11 @@ func (d *heldDevice) captured() int {
 func (d *heldDevice) Read(ctx context.Context, p []float32) (int, error) {
 	for {
 		d.mu.Lock()
-		if len(d.ready) > 0 && !(d.held && len(d.ready) == 1) && len(d.ready[0]) > 0 {
-			n := copy(p, d.ready[0])
-			if d.ready[0] = d.ready[0][n:]; len(d.ready[0]) == 0 {
-				d.ready = d.ready[1:]
-			}
+		if !d.held && len(d.buf) > 0 {
+			n := copy(p, d.buf)
+			d.buf = d.buf[n:]
 			d.mu.Unlock()
 			return n, nil
-		}
-		if len(d.ready) > 0 && len(d.ready[0]) == 0 && !(d.held && len(d.ready) == 1) {
-			d.ready = d.ready[1:]
-			d.mu.Unlock()
-			continue
 		}
 		d.mu.Unlock()
 		select {
