@@ -21,8 +21,6 @@ type chunk struct {
 	muteEpoch uint64
 }
 
-func (c chunk) duration() time.Duration { return samplesToDuration(len(c.audio)) }
-
 // backlog is the bounded queue between capture and the sender, ordered by sequence number. When
 // it holds more audio than its limit, the oldest chunks are dropped and counted: memory stays
 // bounded, and the conversation stays live when the link falls behind or is down.

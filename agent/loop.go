@@ -1106,7 +1106,7 @@ func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 }
 
 func (l *loop) handleSpeech(speaking bool) {
-	switch l.s.Status().State {
+	switch l.s.state() {
 	case StateIdle, StateListening, StateSpeaking:
 		l.publish() // the speech flag is part of the status
 	default:
@@ -1126,9 +1126,7 @@ func (l *loop) handleSpeech(speaking bool) {
 // updatePlayback follows the speaker: speaking while queued reply audio plays, listening after.
 func (l *loop) updatePlayback() {
 	s := l.s
-	s.statusMu.Lock()
-	st := s.status.State
-	s.statusMu.Unlock()
+	st := s.state()
 	if st != StateListening && st != StateSpeaking {
 		return
 	}

@@ -232,11 +232,6 @@ func (s *Supervisor) sendLoop(ctx context.Context) {
 			// A new session: what queued up for it is caught up at the rate from now on.
 			last = l
 			s.pacer.restart(s.captured.Load())
-			if s.pacer.wait(s.captured.Load(), len(c.audio)) > 0 {
-				s.sendMu.Unlock()
-				s.backlog.requeue(c)
-				continue
-			}
 		}
 		now := s.now()
 		if c.epoch != s.epoch.Load() {

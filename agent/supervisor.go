@@ -292,7 +292,7 @@ func (s *Supervisor) Status() Status {
 		t := l.sess.Stats()
 		st.BytesUp += t.BytesSent
 		st.BytesDown += t.BytesReceived
-		st.ChunksSent += l.delivered()
+		st.ChunksSent += t.ChunksDelivered
 	}
 	if u, ok := s.speaker.(UnderrunCounter); ok {
 		n := u.Underruns()
@@ -587,6 +587,13 @@ func (s *Supervisor) setState(st State, detail string, f func(*Status)) {
 	if changed {
 		s.bus.publish(StateChanged{Status: s.Status()})
 	}
+}
+
+// state is the current state, without building a whole Status.
+func (s *Supervisor) state() State {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	return s.status.State
 }
 
 // editStatus edits status fields other than the state without publishing: the next status
