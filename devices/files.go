@@ -121,8 +121,8 @@ func (p *PacedSource) Read(ctx context.Context, out []float32) (int, error) {
 	}
 }
 
-// sleepTimer sleeps for d on a runtime timer or until ctx ends (ctx.Err()).
-func sleepTimer(ctx context.Context, d time.Duration) error {
+// Sleep sleeps for d on a runtime timer or until ctx ends (ctx.Err()).
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -73,17 +73,17 @@ func (a *alarm) expired() error {
 // checks the time again.
 func (a *alarm) wait(ctx context.Context, d time.Duration) error {
 	if a.file == nil {
-		return sleepTimer(ctx, d)
+		return Sleep(ctx, d)
 	}
 	if d <= 0 {
 		return ctx.Err()
 	}
 	// A deadline left by an earlier context's cancellation must not cut this wait short.
 	if err := a.file.SetReadDeadline(time.Time{}); err != nil {
-		return sleepTimer(ctx, d)
+		return Sleep(ctx, d)
 	}
 	if err := a.arm(d); err != nil {
-		return sleepTimer(ctx, d)
+		return Sleep(ctx, d)
 	}
 	stop := context.AfterFunc(ctx, func() { a.file.SetReadDeadline(time.Unix(1, 0)) })
 	err := a.expired()
@@ -93,7 +93,7 @@ func (a *alarm) wait(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		return sleepTimer(ctx, d) // cannot happen with a timerfd; a timer still paces
+		return Sleep(ctx, d) // cannot happen with a timerfd; a timer still paces
 	}
 	return nil
 }

@@ -13,4 +13,4 @@ type alarm struct{}
 func newAlarm() alarm { return alarm{} }
 
 // wait sleeps for d or until ctx ends (ctx.Err()).
-func (a *alarm) wait(ctx context.Context, d time.Duration) error { return sleepTimer(ctx, d) }
+func (a *alarm) wait(ctx context.Context, d time.Duration) error { return Sleep(ctx, d) }

@@ -3,7 +3,6 @@ package audio
 import (
 	"context"
 	"log/slog"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -12,14 +11,6 @@ import (
 	"github.com/omnisat/omnisat/internal/testaudio"
 	"github.com/omnisat/omnisat/pipeline/aec"
 )
-
-func energyDB(s []float32) float64 {
-	var e float64
-	for _, v := range s {
-		e += float64(v) * float64(v)
-	}
-	return 10 * math.Log10(e/float64(max(len(s), 1))+1e-20)
-}
 
 // readFor reads mic until stop is closed, then for tail longer.
 func readAll(ctx context.Context, t *testing.T, mic *Microphone, stop <-chan struct{}, out *[]float32) {
@@ -111,10 +102,10 @@ func TestEchoCancellationOnVirtualCard(t *testing.T) {
 		float64(userAt)/OutputRate, clean.Stats().Clean)
 	n := min(len(rawOut), len(cleanOut))
 	for s := echoAt; s+OutputRate <= min(n, echoAt+len(far16)); s += OutputRate {
-		t.Logf("%4.1f s: raw %6.1f dB, cleaned %6.1f dB", float64(s-echoAt)/OutputRate, energyDB(rawOut[s:s+OutputRate]), energyDB(cleanOut[s:s+OutputRate]))
+		t.Logf("%4.1f s: raw %6.1f dB, cleaned %6.1f dB", float64(s-echoAt)/OutputRate, signaltest.LevelDB(rawOut[s:s+OutputRate]), signaltest.LevelDB(cleanOut[s:s+OutputRate]))
 	}
 	a, b := echoAt+2*OutputRate, min(userAt, n)
-	erle := energyDB(rawOut[a:b]) - energyDB(cleanOut[a:b])
+	erle := signaltest.LevelDB(rawOut[a:b]) - signaltest.LevelDB(cleanOut[a:b])
 	_, dt := signaltest.Align(user16, cleanOut[max(0, userAt-OutputRate/2):min(n, userAt+len(user16)+OutputRate/2)])
 	t.Logf("ERLE %.1f dB after 2 s; double talk ncc %.3f", erle, dt)
 	if erle < 20 {

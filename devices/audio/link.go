@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/omnisat/omnisat/devices"
 )
 
 // Supervision timings (fields of link, so tests can shorten them).
@@ -232,7 +234,7 @@ func (l *link) streamActive() bool {
 func (l *link) recover(ctx context.Context) bool {
 	backoff := backoffMin
 	for {
-		if !sleep(ctx, backoff) {
+		if devices.Sleep(ctx, backoff) != nil {
 			return false
 		}
 		paRescan()
@@ -266,16 +268,4 @@ func (l *link) waitFirst(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// sleep waits for d; false when ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -45,6 +45,12 @@ type Config struct {
 	RetryMax time.Duration `yaml:"retry_max"`
 }
 
+// StaleAfter is how old the newest frame may be before the camera counts as silent: three
+// encode intervals, at least 3 s.
+func (c Config) StaleAfter() time.Duration {
+	return max(3*time.Second, 3*time.Duration(float64(time.Second)/c.WithDefaults().EncodeFPS))
+}
+
 // WithDefaults fills in unset fields.
 func (c Config) WithDefaults() Config {
 	if c.EncodeFPS == 0 {

@@ -86,7 +86,7 @@ func startProcess(ctx context.Context, path string, cfg Config, onState func(ok 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	p := &Process{path: path, cfg: cfg, log: log.With("camera", cfg.Source), onState: onState,
-		staleIn: max(3*time.Second, time.Duration(3*float64(time.Second)/cfg.EncodeFPS)),
+		staleIn: cfg.StaleAfter(),
 		cancel:  cancel, done: make(chan struct{}), started: make(chan struct{}),
 		stopWait: stopWait, silenceLimit: silenceLimit}
 	go p.supervise(ctx)

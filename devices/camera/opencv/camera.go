@@ -85,7 +85,7 @@ func Open(ctx context.Context, cfg camera.Config, onState func(ok bool, err erro
 		cancel:  cancel,
 		done:    make(chan struct{}),
 		updated: make(chan struct{}, 1),
-		staleIn: max(3*time.Second, 3*interval),
+		staleIn: cfg.StaleAfter(),
 	}
 	ready := make(chan error, 1)
 	go c.run(ctx, enc, interval, ready)
