@@ -169,11 +169,8 @@ func checkCameraSource(src string) (warning string, err error) {
 		}
 		return "", f.Close()
 	}
-	node := src
-	if isIndex(src) {
-		node = "/dev/video" + src
-	}
-	if !strings.HasPrefix(node, "/dev/") {
+	node, ok := videoNode(src)
+	if !ok {
 		return "", nil
 	}
 	info, err := os.Stat(node)
@@ -197,8 +194,12 @@ func isVideoDevice(info fs.FileInfo) bool {
 // v4l2Major is the character device major number of video4linux (Linux's devices.txt).
 const v4l2Major = 81
 
-func isIndex(s string) bool {
-	return s != "" && strings.Trim(s, "0123456789") == ""
+// videoNode is the device node of a camera source that names one (an index or a /dev path).
+func videoNode(src string) (string, bool) {
+	if src != "" && strings.Trim(src, "0123456789") == "" {
+		src = "/dev/video" + src
+	}
+	return src, strings.HasPrefix(src, "/dev/")
 }
 
 // checkWAV reads a WAV file as the microphone stand-in would.

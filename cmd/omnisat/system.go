@@ -130,10 +130,8 @@ func audioHolds(c devices.AudioConfig) []string {
 // cameraHolds names the V4L2 device the camera section opens, by its real path.
 func cameraHolds(c cameraSection) []string {
 	src, _ := resolveCamera(c)
-	if isIndex(src) {
-		src = "/dev/video" + src
-	}
-	if !strings.HasPrefix(src, "/dev/") {
+	src, ok := videoNode(src)
+	if !ok {
 		return nil
 	}
 	if real, err := filepath.EvalSymlinks(src); err == nil {
