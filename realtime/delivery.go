@@ -3,6 +3,7 @@ package realtime
 import (
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -17,16 +18,16 @@ import (
 const minSendBuffer = 32 << 10
 
 // countingConn counts the bytes handed to the kernel, TLS and WebSocket framing included, so
-// that they can be set against the kernel's count of unacknowledged bytes.
+// that they can be set against the kernel's count of unacknowledged bytes. Where sock is set
+// (a kernel socket on Linux) it reads and writes with raw system calls (outq_linux.go).
 type countingConn struct {
 	net.Conn
+	sock    syscall.RawConn
 	written atomic.Uint64
 }
 
-func (c *countingConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	c.written.Add(uint64(n))
-	return n, err
+func newCountingConn(c net.Conn) *countingConn {
+	return &countingConn{Conn: c, sock: socketOf(c)}
 }
 
 // writtenChunk is a media chunk the writer handed to the kernel; end is the byte count on the

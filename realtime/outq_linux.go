@@ -3,26 +3,120 @@
 package realtime
 
 import (
+	"io"
 	"net"
+	"os"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
+// On Linux the session's TCP socket is read and written with raw system calls made from inside
+// the poller's readiness callbacks (syscall.RawConn), never with ordinary ones. An ordinary
+// system call wakes the runtime's monitor thread (sysmon) when it sleeps, and one that lasts
+// longer than ~20 µs (copying an 85 KB audio message) lets that thread hand the processor to
+// another thread while the call runs: about ten context switches per message where one is
+// needed. The descriptor is non-blocking, so a raw call never blocks; deadlines, Close and the
+// poller's waiting work as for net.Conn's own Read and Write.
+
+// socketOf is conn's descriptor for raw calls, nil when conn is not a socket of the kernel's.
+func socketOf(conn net.Conn) syscall.RawConn {
+	switch conn.(type) {
+	case *net.TCPConn, *net.UnixConn:
+	default:
+		return nil // a wrapper (tests, proxies) keeps its own Read and Write
+	}
+	raw, err := conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return raw
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	if c.sock == nil || len(p) == 0 {
+		return c.Conn.Read(p)
+	}
+	var n int
+	var errno syscall.Errno
+	err := c.sock.Read(func(fd uintptr) bool {
+		for {
+			r, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			switch e {
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false // nothing yet: wait for readiness
+			}
+			n, errno = int(r), e
+			return true
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, c.opError("read", err)
+	case errno != 0:
+		return 0, c.opError("read", os.NewSyscallError("read", errno))
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	if c.sock == nil {
+		n, err := c.Conn.Write(p)
+		c.written.Add(uint64(n))
+		return n, err
+	}
+	n := 0
+	var errno syscall.Errno
+	err := c.sock.Write(func(fd uintptr) bool {
+		for n < len(p) {
+			// MSG_NOSIGNAL: a peer gone is an error to return, never a signal.
+			r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n),
+				unix.MSG_NOSIGNAL, 0, 0)
+			switch e {
+			case 0:
+				n += int(r)
+			case unix.EINTR:
+			case unix.EAGAIN:
+				return false // the send buffer is full: wait until it has room
+			default:
+				errno = e
+				return true
+			}
+		}
+		return true
+	})
+	c.written.Add(uint64(n))
+	switch {
+	case err != nil:
+		return n, c.opError("write", err)
+	case errno != 0:
+		return n, c.opError("write", os.NewSyscallError("write", errno))
+	}
+	return n, nil
+}
+
+// opError wraps err as net.Conn's own Read and Write do.
+func (c *countingConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
 // unackedBytes asks the kernel how many bytes written to conn the peer has not acknowledged yet
 // (SIOCOUTQ). ok is false when conn is not a socket or the kernel does not say.
 func unackedBytes(conn net.Conn) (n uint64, ok bool) {
-	sc, isSock := conn.(syscall.Conn)
-	if !isSock {
+	sock := socketOf(conn)
+	if sock == nil {
 		return 0, false
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return 0, false
-	}
-	var v int
-	var ioErr error
-	if err := raw.Control(func(fd uintptr) { v, ioErr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) }); err != nil || ioErr != nil || v < 0 {
+	var v int32
+	var errno syscall.Errno
+	if err := sock.Control(func(fd uintptr) {
+		_, _, errno = unix.RawSyscall(unix.SYS_IOCTL, fd, unix.SIOCOUTQ, uintptr(unsafe.Pointer(&v)))
+	}); err != nil || errno != 0 || v < 0 {
 		return 0, false
 	}
 	return uint64(v), true

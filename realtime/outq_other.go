@@ -2,7 +2,20 @@
 
 package realtime
 
-import "net"
+import (
+	"net"
+	"syscall"
+)
+
+// socketOf: raw socket calls are a Linux matter; elsewhere the connection's own Read and Write
+// are used.
+func socketOf(net.Conn) syscall.RawConn { return nil }
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.written.Add(uint64(n))
+	return n, err
+}
 
 // unackedBytes: only Linux says how much of what was written the peer has acknowledged; elsewhere
 // the session falls back to counting every chunk written within DeadLinkTimeout as unacknowledged.

@@ -1,0 +1,112 @@
+//go:build linux
+
+package realtime
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// The raw socket path keeps net.Conn's meaning: bytes both ways, partial writes completed when
+// the send buffer is full, deadlines as timeouts, EOF at the peer's close, net.ErrClosed after
+// our own, and the written count SIOCOUTQ is set against.
+func TestRawSocketKeepsConnSemantics(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCountingConn(raw)
+	if c.sock == nil {
+		t.Fatal("a TCP connection is not read and written raw")
+	}
+	peer := <-accepted
+	if peer == nil {
+		t.Fatal("accept failed")
+	}
+	defer peer.Close()
+	raw.(*net.TCPConn).SetWriteBuffer(4096) // a full send buffer on the way: several partial writes
+
+	// 1 MB one way while the peer reads slowly: every byte arrives, in order.
+	msg := make([]byte, 1<<20)
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(peer, int64(len(msg))))
+		got <- b
+	}()
+	if n, err := c.Write(msg); err != nil || n != len(msg) {
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	if b := <-got; string(b) != string(msg) {
+		t.Fatalf("the peer got %d bytes, not what was written", len(b))
+	}
+	if w := c.written.Load(); w != uint64(len(msg)) {
+		t.Fatalf("written counts %d, want %d", w, len(msg))
+	}
+	if un, ok := unackedBytes(raw); !ok || un != 0 {
+		t.Fatalf("unacked after the peer read everything: %d %v", un, ok)
+	}
+
+	// The other way, in pieces.
+	go peer.Write([]byte("hello"))
+	buf := make([]byte, 16)
+	n, err := c.Read(buf)
+	if err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+
+	// A read deadline is a timeout.
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err = c.Read(buf)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v, want a timeout", err)
+	}
+	c.SetReadDeadline(time.Time{})
+
+	// The peer's close is EOF.
+	peer.Close()
+	if _, err := c.Read(buf); err != io.EOF {
+		t.Fatalf("read after the peer closed: %v, want EOF", err)
+	}
+	// Writing to a peer gone fails (EPIPE or a reset), without a signal killing the test.
+	var werr error
+	for range 100 {
+		if _, werr = c.Write(msg[:64<<10]); werr != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if werr == nil {
+		t.Fatal("writes to a closed peer kept succeeding")
+	}
+
+	// Our own close: net.ErrClosed.
+	c.Close()
+	if _, err := c.Read(buf); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read after close: %v, want net.ErrClosed", err)
+	}
+	if _, err := c.Write(buf); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after close: %v, want net.ErrClosed", err)
+	}
+}
