@@ -34,7 +34,7 @@ func BenchmarkEncodeChunk1s(b *testing.B) {
 			b.ReportAllocs()
 			var size int
 			for b.Loop() {
-				m, err := bc.c.chunk(ch, Init{})
+				m, err := bc.c.chunk(ch, Init{}, nil)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -83,7 +83,7 @@ func BenchmarkOpenVoicePCM16(b *testing.B) {
 		ch := Chunk{Audio: sine(InputSampleRate)}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := o.chunk(ch, Init{}); err != nil {
+			if _, err := o.chunk(ch, Init{}, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

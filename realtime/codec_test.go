@@ -285,7 +285,7 @@ func TestEncodeChunk(t *testing.T) {
 	}
 	jpeg := []byte{0xff, 0xd8, 0xff, 0xd9}
 
-	m, err := (&miniCPM{mode: ModeVideo}).chunk(Chunk{Audio: audio, Frames: [][]byte{jpeg}, ForceListen: true}, Init{MaxSliceNums: 1})
+	m, err := (&miniCPM{mode: ModeVideo}).chunk(Chunk{Audio: audio, Frames: [][]byte{jpeg}, ForceListen: true}, Init{MaxSliceNums: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestEncodeChunk(t *testing.T) {
 		t.Fatalf("audio does not round-trip: %v", err)
 	}
 
-	m, err = (&miniCPM{legacy: true, mode: ModeAudio}).chunk(Chunk{Audio: audio}, Init{})
+	m, err = (&miniCPM{legacy: true, mode: ModeAudio}).chunk(Chunk{Audio: audio}, Init{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,17 +319,17 @@ func TestEncodeChunk(t *testing.T) {
 		{&miniCPM{mode: ModeVideo}, Chunk{Audio: audio, Frames: [][]byte{{}}}},
 		{&miniCPM{mode: ModeVideo}, Chunk{Audio: audio, MaxSliceNums: 10}},
 	} {
-		if _, err := bad.c.chunk(bad.ch, Init{}); err == nil {
+		if _, err := bad.c.chunk(bad.ch, Init{}, nil); err == nil {
 			t.Errorf("chunk %d samples, %d frames, slices %d in %s: no error", len(bad.ch.Audio), len(bad.ch.Frames), bad.ch.MaxSliceNums, bad.c.mode)
 		}
 	}
 
-	m, err = (&openVoice{frame: 640}).chunk(Chunk{Audio: []float32{0.5, -1, 2}}, Init{})
+	m, err = (&openVoice{frame: 640}).chunk(Chunk{Audio: []float32{0.5, -1, 2}}, Init{}, nil)
 	if err != nil || !m.binary || string(m.data) != "\xff\x3f\x01\x80\xff\x7f" || len(m.splits) != 0 {
 		t.Fatalf("openvoice pcm16 % x %v, %v", m.data, m.splits, err)
 	}
 	// A chunk longer than a frame goes out as frames of at most 40 ms.
-	m, _ = (&openVoice{frame: 640}).chunk(Chunk{Audio: make([]float32, 16000)}, Init{})
+	m, _ = (&openVoice{frame: 640}).chunk(Chunk{Audio: make([]float32, 16000)}, Init{}, nil)
 	if len(m.splits) != 24 || m.splits[0] != 1280 || m.splits[23] != 24*1280 || len(m.data) != 32000 {
 		t.Fatalf("1 s chunk split at %v", m.splits)
 	}

@@ -86,7 +86,7 @@ func jsonMsgs(v any) ([]outMsg, error) {
 
 // chunk builds input.append (current) or input_audio_buffer.append (legacy) by hand: the audio is
 // base64-encoded straight into the frame, with no intermediate strings.
-func (c *miniCPM) chunk(ch Chunk, in Init) (outMsg, error) {
+func (c *miniCPM) chunk(ch Chunk, in Init, buf []byte) (outMsg, error) {
 	if len(ch.Audio) < MinChunkSamples {
 		return outMsg{}, fmt.Errorf("send chunk: %d samples is under the server minimum of %d (250 ms at 16 kHz)", len(ch.Audio), MinChunkSamples)
 	}
@@ -104,7 +104,10 @@ func (c *miniCPM) chunk(ch Chunk, in Init) (outMsg, error) {
 	for _, f := range ch.Frames {
 		size += 3 + (len(f)+2)/3*4
 	}
-	b := make([]byte, 0, size)
+	b := buf[:0]
+	if cap(b) < size {
+		b = make([]byte, 0, size)
+	}
 	if c.legacy {
 		b = append(b, `{"type":"input_audio_buffer.append","audio":"`...)
 	} else {

@@ -54,7 +54,7 @@ func (o *openVoice) initMsgs(in Init) ([]outMsg, error) {
 
 // chunk sends the audio as PCM16 in binary frames of at most o.frame samples; video frames and
 // force_listen have no equivalent.
-func (o *openVoice) chunk(ch Chunk, _ Init) (outMsg, error) {
+func (o *openVoice) chunk(ch Chunk, _ Init, _ []byte) (outMsg, error) {
 	if len(ch.Audio) == 0 {
 		return outMsg{}, fmt.Errorf("send chunk: no audio")
 	}

@@ -35,7 +35,7 @@ type codec interface {
 	// queued reports whether the server runs a queue before init (MiniCPM-o) or greets at once.
 	queued() bool
 	initMsgs(Init) ([]outMsg, error)
-	chunk(Chunk, Init) (outMsg, error)
+	chunk(c Chunk, in Init, buf []byte) (outMsg, error) // buf: room the message may reuse
 	chat(ChatRequest) (outMsg, error)
 	speak(Speech) (outMsg, string, error)
 	cancelSpeech() (outMsg, error)
@@ -79,7 +79,10 @@ type session struct {
 	// raw is the TCP connection under TLS and WebSocket, wire counts what is written to it.
 	raw  net.Conn
 	wire *countingConn
-	log  interface {
+	// spare is the last media message's buffer once written (mu): a second of audio is ~85 KB
+	// of JSON, and building each in a new buffer is most of what the session allocates.
+	spare []byte
+	log   interface {
 		Debug(string, ...any)
 		Warn(string, ...any)
 	}
@@ -157,7 +160,7 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 			if err != nil {
 				return nil, err
 			}
-			s.raw, s.wire = c, &countingConn{Conn: c}
+			s.raw, s.wire = c, newCountingConn(c)
 			s.growSendBuffer(minSendBuffer)
 			return s.wire, nil
 		},
@@ -553,6 +556,9 @@ func (s *session) write(m outMsg) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight = nil
+	if m.media {
+		s.spare = m.data // written: the next chunk's message is built in it
+	}
 	if m.media && !s.ended {
 		s.track.written(m.id, s.wire.written.Load(), time.Now())
 		s.track.settleNow(s.wire, s.raw, s.cfg.DeadLinkTimeout)
@@ -831,7 +837,11 @@ func (s *session) Send(ctx context.Context, c Chunk) error {
 	if s.cfg.Mode == ModeChat && s.cfg.Dialect != DialectOpenVoice {
 		return fmt.Errorf("send audio: a mode=chat session takes Ask, not media chunks")
 	}
-	m, err := s.codec.chunk(c, s.cfg.Init)
+	s.mu.Lock()
+	spare := s.spare
+	s.spare = nil
+	s.mu.Unlock()
+	m, err := s.codec.chunk(c, s.cfg.Init, spare)
 	if err != nil {
 		return err
 	}
