@@ -100,8 +100,8 @@ func (p *PacedSource) Read(ctx context.Context, out []float32) (int, error) {
 		avail := p.delivered(p.clock.Due(p.now())) - p.given
 		if avail > 0 {
 			n := int(min(avail, int64(len(out))))
-			for i := range out[:n] {
-				out[i] = p.samples[(p.given+int64(i))%total]
+			for got := 0; got < n; {
+				got += copy(out[got:n], p.samples[(p.given+int64(got))%total:])
 			}
 			p.given += int64(n)
 			return n, nil

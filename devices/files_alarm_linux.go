@@ -24,6 +24,11 @@ type alarm struct {
 	file *os.File        // the same descriptor, in the poller; closed when collected
 	raw  syscall.RawConn // file's, to wait for readiness
 	buf  [8]byte
+
+	// ctx is the context the waits are cut short by: its end sets a read deadline in the past
+	// (stop undoes that). It is registered once, not at every wait: a reader keeps its context.
+	ctx  context.Context
+	stop func() bool
 }
 
 func newAlarm() alarm {
@@ -78,21 +83,30 @@ func (a *alarm) wait(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	// A deadline left by an earlier context's cancellation must not cut this wait short.
-	if err := a.file.SetReadDeadline(time.Time{}); err != nil {
-		return Sleep(ctx, d)
+	if ctx != a.ctx {
+		if a.stop != nil {
+			a.stop()
+		}
+		// A deadline left by an earlier context's end must not cut these waits short.
+		if err := a.file.SetReadDeadline(time.Time{}); err != nil {
+			return Sleep(ctx, d)
+		}
+		file := a.file
+		a.ctx, a.stop = ctx, context.AfterFunc(ctx, func() { file.SetReadDeadline(time.Unix(1, 0)) })
 	}
 	if err := a.arm(d); err != nil {
 		return Sleep(ctx, d)
 	}
-	stop := context.AfterFunc(ctx, func() { a.file.SetReadDeadline(time.Unix(1, 0)) })
 	err := a.expired()
-	stop()
 	if err := ctx.Err(); err != nil {
 		a.arm(0) // disarmed: no stale expiry later
 		return err
 	}
-	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// An earlier context's end, reported late: clear it; the caller checks the time again.
+		return a.file.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
 		return Sleep(ctx, d) // cannot happen with a timerfd; a timer still paces
 	}
 	return nil

@@ -49,11 +49,13 @@ func (v *EnergyVAD) Speaking() bool { return v.speaking }
 // Process analyses samples and reports the decision after them, and whether it changed.
 func (v *EnergyVAD) Process(samples []float32) (speaking, changed bool) {
 	before := v.speaking
-	for _, s := range samples {
-		v.sumSquares += float64(s) * float64(s)
-		v.pos++
+	for len(samples) > 0 {
+		n := min(v.frame-v.pos, len(samples))
+		v.sumSquares += sumSquares(samples[:n])
+		v.pos += n
+		samples = samples[n:]
 		if v.pos < v.frame {
-			continue
+			break
 		}
 		loud := math.Sqrt(v.sumSquares/float64(v.frame)) >= v.threshold
 		v.pos, v.sumSquares = 0, 0
@@ -73,4 +75,22 @@ func (v *EnergyVAD) Process(samples []float32) (speaking, changed bool) {
 		}
 	}
 	return v.speaking, v.speaking != before
+}
+
+// sumSquares is the sum of the squares of x, in four running sums so that the additions do not
+// wait for each other (a VAD reads every captured sample).
+func sumSquares(x []float32) float64 {
+	var s0, s1, s2, s3 float64
+	for len(x) >= 4 {
+		a, b, c, d := float64(x[0]), float64(x[1]), float64(x[2]), float64(x[3])
+		s0 += a * a
+		s1 += b * b
+		s2 += c * c
+		s3 += d * d
+		x = x[4:]
+	}
+	for _, v := range x {
+		s0 += float64(v) * float64(v)
+	}
+	return (s0 + s1) + (s2 + s3)
 }
