@@ -249,9 +249,9 @@ func (s *Supervisor) sendLoop(ctx context.Context) {
 			clear(c.audio) // muted since it was captured
 		}
 		// A Send that waits for room gives up when the chunk grows too old to be worth it.
-		sctx, cancel := context.WithDeadline(ctx, minTime(now.Add(sendTimeout), c.captured.Add(limit)))
+		sctx := withLazyDeadline(ctx, minTime(now.Add(sendTimeout), c.captured.Add(limit)))
 		err := l.sess.Send(sctx, realtime.Chunk{ID: c.seq, Audio: c.audio, Frames: c.frames, ForceListen: c.forceListen})
-		cancel()
+		sctx.release()
 		if err == nil {
 			l.sentChunk(c, keep)
 			s.pacer.take(len(c.audio))

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -68,4 +69,61 @@ func (l *lagLimit) at(now time.Time) time.Duration {
 	defer l.mu.Unlock()
 	won := time.Duration(float64(now.Sub(l.from)) * l.gain)
 	return l.maxLag + max(0, l.extra-won)
+}
+
+// lazyDeadline is parent with a deadline whose runtime timer starts only if somebody waits on
+// Done. A Send that finds room in the session's queue (nearly always) returns without waiting,
+// and a timer started for every chunk and stopped unused still wakes the runtime and its
+// monitor thread when it would have fired: once a second, just as the next chunk is handled.
+type lazyDeadline struct {
+	context.Context // the parent
+	at              time.Time
+
+	mu     sync.Mutex
+	timed  context.Context // started by Done
+	cancel context.CancelFunc
+}
+
+func withLazyDeadline(parent context.Context, at time.Time) *lazyDeadline {
+	return &lazyDeadline{Context: parent, at: at}
+}
+
+func (c *lazyDeadline) Deadline() (time.Time, bool) {
+	if d, ok := c.Context.Deadline(); ok && d.Before(c.at) {
+		return d, true
+	}
+	return c.at, true
+}
+
+func (c *lazyDeadline) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timed == nil {
+		c.timed, c.cancel = context.WithDeadline(c.Context, c.at)
+	}
+	return c.timed.Done()
+}
+
+func (c *lazyDeadline) Err() error {
+	c.mu.Lock()
+	timed := c.timed
+	c.mu.Unlock()
+	switch {
+	case timed != nil:
+		return timed.Err()
+	case c.Context.Err() != nil:
+		return c.Context.Err()
+	case !time.Now().Before(c.at):
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// release stops the timer if one was started.
+func (c *lazyDeadline) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancel != nil {
+		c.cancel()
+	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -76,4 +77,43 @@ func TestPacer(t *testing.T) {
 	if w := p.wait(0, 6600); w < 999*time.Millisecond || w > 1001*time.Millisecond {
 		t.Errorf("after a 1 s first chunk and 1.1 s more: wait %v for a second of capture", w)
 	}
+}
+
+// A lazy deadline behaves as context.WithDeadline whether or not anybody waits on it.
+func TestLazyDeadline(t *testing.T) {
+	parent, cancelParent := context.WithCancel(context.Background())
+	defer cancelParent()
+
+	unwatched := withLazyDeadline(parent, time.Now().Add(20*time.Millisecond))
+	if err := unwatched.Err(); err != nil {
+		t.Fatalf("before the deadline: %v", err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if err := unwatched.Err(); err != context.DeadlineExceeded {
+		t.Fatalf("past the deadline, never waited on: %v", err)
+	}
+	unwatched.release()
+
+	watched := withLazyDeadline(parent, time.Now().Add(20*time.Millisecond))
+	<-watched.Done() // ends by itself at the deadline
+	if err := watched.Err(); err != context.DeadlineExceeded {
+		t.Fatalf("after Done: %v", err)
+	}
+	watched.release()
+
+	early := time.Now().Add(time.Hour)
+	child := withLazyDeadline(parent, early)
+	if d, ok := child.Deadline(); !ok || !d.Equal(early) {
+		t.Fatalf("deadline %v %v", d, ok)
+	}
+	done := child.Done()
+	cancelParent()
+	<-done
+	if err := child.Err(); err != context.Canceled {
+		t.Fatalf("after the parent's cancel: %v", err)
+	}
+	if err := withLazyDeadline(parent, early).Err(); err != context.Canceled {
+		t.Fatalf("made under a cancelled parent: %v", err)
+	}
+	child.release()
 }
