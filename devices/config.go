@@ -35,7 +35,9 @@ type AudioConfig struct {
 	// CPU (measured on PulseAudio: 69 ms CPU per second with ~9 ms buffers against 21 ms with
 	// 200 ms); the speaker's buffer bounds how fast an interrupt is heard, the microphone's
 	// only delays capture. Defaults 100 ms in, 50 ms out. A file input delivers blocks of
-	// InputLatency, as a device with that buffer would.
+	// InputLatency, as a device with that buffer would, when it is set; left unset (0 after
+	// WithDefaults), a file delivers one send unit at a time (the agent's chunk, or an
+	// OpenVoice frame): nothing hears a file in real time, and each block is a wake-up.
 	InputLatency  time.Duration `yaml:"input_latency"`
 	OutputLatency time.Duration `yaml:"output_latency"`
 	// JitterBuffer is how long reply audio waits before it starts playing, so that a server
@@ -84,6 +86,9 @@ type AGCConfig struct {
 	MaxGainDB int     `yaml:"max_gain_db"` // default 30
 }
 
+// FileInput reports whether the microphone is a WAV file (audio.input: file:PATH).
+func (c AudioConfig) FileInput() bool { return strings.HasPrefix(c.Input, "file:") }
+
 // EchoMode is the echo handling in effect: none with a hardware canceller.
 func (c AudioConfig) EchoMode() string {
 	if c.HardwareAEC {
@@ -110,7 +115,7 @@ func (c AudioConfig) WithDefaults() AudioConfig {
 		v := 100
 		c.Volume = &v
 	}
-	if c.InputLatency == 0 {
+	if c.InputLatency == 0 && !c.FileInput() {
 		c.InputLatency = 100 * time.Millisecond
 	}
 	if c.OutputLatency == 0 {
@@ -196,7 +201,7 @@ func (c AudioConfig) Validate() error {
 	}
 	// PortAudio rounds up to what the device can do; over 2 s the speaker would answer an
 	// interrupt seconds late.
-	if c.InputLatency < time.Millisecond || c.InputLatency > 2*time.Second {
+	if (c.InputLatency != 0 || !c.FileInput()) && (c.InputLatency < time.Millisecond || c.InputLatency > 2*time.Second) {
 		bad("audio.input_latency: %v is outside 1ms..2s", c.InputLatency)
 	}
 	if c.OutputLatency < time.Millisecond || c.OutputLatency > 2*time.Second {

@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/omnisat/omnisat/devices"
 	"github.com/omnisat/omnisat/internal/testaudio"
 	"github.com/omnisat/omnisat/internal/yamlconf"
 )
@@ -483,5 +484,38 @@ func TestConfigCheckOpensWhatItNames(t *testing.T) {
 	if code, out, stderr := runCLI(t, "config", "check", "-c", path); code != exitOK ||
 		!strings.Contains(stderr, "warning: camera.source: /dev/video97 does not exist now; run waits for the camera to be plugged in") {
 		t.Errorf("camera not plugged in: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
+// A file microphone without input_latency hands over one send unit at a time (the chunk, or an
+// OpenVoice frame), and mute is judged within that block; with input_latency it delivers blocks
+// of that, as does every device; a device keeps the echo canceller's wait on top.
+func TestFileMicrophoneBlock(t *testing.T) {
+	for _, tt := range []struct {
+		name, text  string
+		block, hold time.Duration
+	}{
+		{"file, chunk", "audio:\n  input: file:x.wav\nsession:\n  chunk: 750ms\n", 750 * time.Millisecond, 750 * time.Millisecond},
+		{"file, openvoice frames", "  dialect: openvoice\n  model: whisper\naudio:\n  input: file:x.wav\n", 40 * time.Millisecond, 40 * time.Millisecond},
+		{"file, input_latency", "audio:\n  input: file:x.wav\n  input_latency: 100ms\n", 100 * time.Millisecond, 100 * time.Millisecond},
+		{"device", "audio:\n  input: default\n", 100 * time.Millisecond, 600 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			text := "server:\n  url: ws://gw/v1/realtime\n" + tt.text
+			c, err := parseConfig([]byte(text), "/etc/omnisat/omnisat.yaml", loadOptions{getenv: envOf(nil)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := systemConfig(c, &cliEnv{getenv: envOf(nil)}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sc.Audio.Key.(devices.AudioConfig).InputLatency; got != tt.block {
+				t.Errorf("block %v, want %v", got, tt.block)
+			}
+			if got := sc.Agent.AudioHold; got != tt.hold {
+				t.Errorf("audio hold %v, want %v", got, tt.hold)
+			}
+		})
 	}
 }

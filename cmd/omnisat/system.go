@@ -43,14 +43,29 @@ func systemConfig(cfg *fileConfig, env *cliEnv, log *slog.Logger) (satellite.Con
 		c.Dialect = realtime.DialectCurrent
 		chat = &c
 	}
-	volume := *cfg.Audio.Volume
+	audioCfg := cfg.Audio
+	if audioCfg.InputLatency == 0 {
+		// A file microphone without input_latency hands over one send unit at a time.
+		audioCfg.InputLatency = cfg.Session.Chunk
+		if n := server.AudioFrameSamples(); n > 0 {
+			audioCfg.InputLatency = time.Duration(n) * time.Second / realtime.InputSampleRate
+		}
+	}
+	// A sample reaches the agent up to the input buffer after its capture, plus, from a
+	// device, up to the half second the echo canceller waits for a late speaker: mute and stop
+	// are judged by capture time within that.
+	audioHold := audioCfg.InputLatency
+	if !audioCfg.FileInput() {
+		audioHold += 500 * time.Millisecond
+	}
+	volume := *audioCfg.Volume
 	// The volume changes live: it is not part of what the devices are opened from.
-	audioKey := cfg.Audio
+	audioKey := audioCfg
 	audioKey.Volume = nil
 	return satellite.Config{
-		Audio: satellite.Part[satellite.Audio]{Key: audioKey, Holds: audioHolds(cfg.Audio), Reports: []string{"microphone", "speaker"},
+		Audio: satellite.Part[satellite.Audio]{Key: audioKey, Holds: audioHolds(audioCfg), Reports: []string{"microphone", "speaker"},
 			Open: func(ctx context.Context) (satellite.Opened[satellite.Audio], error) {
-				return openAudio(ctx, cfg.Audio, log)
+				return openAudio(ctx, audioCfg, log)
 			}},
 		Camera: satellite.Part[agent.FrameSource]{Key: cfg.Camera, Holds: cameraHolds(cfg.Camera), Reports: []string{"camera"},
 			Open: func(ctx context.Context) (satellite.Opened[agent.FrameSource], error) {
@@ -58,11 +73,8 @@ func systemConfig(cfg *fileConfig, env *cliEnv, log *slog.Logger) (satellite.Con
 				frames, desc, closeCam, err := openCamera(ctx, cfg.Camera, report, log)
 				return satellite.Opened[agent.FrameSource]{Device: frames, Describe: desc, Close: closeCam, Attach: report.attach}, err
 			}},
-		// A sample reaches the agent up to the input buffer after its capture, plus up to the
-		// half second the echo canceller waits for a late speaker: mute and stop are judged
-		// by capture time within that.
 		Agent: agent.Options{Config: cfg.Session, Server: server, ChatServer: chat, Volume: &volume,
-			AudioHold:    cfg.Audio.InputLatency + 500*time.Millisecond,
+			AudioHold:    audioHold,
 			SettingsFile: filepath.Join(cfg.StateDir, settingsFile), Voices: voicesIn(filepath.Join(cfg.StateDir, voicesDir))},
 		MQTT:          satellite.MQTT{Config: cfg.MQTT, DeviceID: cfg.DeviceID, Version: version},
 		ControlSocket: cfg.socketPath(),
