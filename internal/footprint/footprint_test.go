@@ -38,7 +38,9 @@ import (
 //     growth from there to the last sample of the long run.
 //
 // Configurations: audio_file (audio mode, the demo WAV looped as the microphone, output none,
-// no camera: the headline), video_file_1fps (the same in video mode, plus a 1 fps 640×480 video
+// no camera: the headline; the file hands over one 1 s chunk at a time), audio_file_100ms (the
+// same with input_latency: 100ms: blocks as a sound card's 100 ms buffer delivers them),
+// video_file_1fps (the same in video mode, plus a 1 fps 640×480 video
 // file as the camera: one decode and one JPEG a second), audio_pulse (PortAudio microphone and
 // speaker on the virtual sound card: PulseAudio through ALSA's pulse plugin), audio_alsa
 // (PortAudio on a plain ALSA device with no sound server in between, as on a Raspberry Pi: the
@@ -72,6 +74,7 @@ func BenchmarkFootprint(b *testing.B) {
 		setup                     func(b *testing.B)
 	}{
 		{name: "audio_file", mode: "audio", audio: fileAudio, camera: "none"},
+		{name: "audio_file_100ms", mode: "audio", audio: fileAudio + "\n  input_latency: 100ms", camera: "none"},
 		{name: "video_file_1fps", mode: "video", audio: fileAudio, camera: "file:" + video,
 			setup: func(b *testing.B) { makeVideo(b, video) }},
 		{name: "audio_pulse", mode: "audio", audio: "input: default\n  output: default", camera: "none",
