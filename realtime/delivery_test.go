@@ -2,7 +2,13 @@ package realtime_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -209,5 +215,42 @@ func TestCloseConcurrently(t *testing.T) {
 	}
 	if n := slices.Index(rec.Received, "session.close"); n < 0 || slices.Contains(rec.Received[n+1:], "session.close") {
 		t.Fatalf("received %q, want one session.close", rec.Received)
+	}
+}
+
+// Over TLS (wss://, here through a TLS-terminating reverse proxy, as a gateway behind nginx or
+// a load balancer) the session streams and follows delivery the same way: the TLS layer reads
+// and writes through the session's raw socket, whose byte count includes TLS framing.
+func TestSessionOverTLS(t *testing.T) {
+	srv := strictServer(t, realtimetest.Options{ForceListenCount: -1})
+	backend, err := url.Parse("http://" + srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(backend))
+	proxy.StartTLS()
+	defer proxy.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(proxy.Certificate())
+	cfg := fastConfig("wss://"+proxy.Listener.Addr().String()+realtimetest.Path, realtime.DialectCurrent, realtime.ModeAudio)
+	cfg.TLS = &tls.Config{RootCAs: roots}
+	s := dial(t, cfg)
+	for id := uint64(1); id <= 5; id++ {
+		send(t, s, taggedChunk(id))
+	}
+	waitAppends(t, srv, 5)
+	for deadline := time.Now().Add(10 * time.Second); s.Stats().ChunksDelivered != 5; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("ChunksDelivered %d, want 5", s.Stats().ChunksDelivered)
+		}
+	}
+	if got := receivedIDs(srv.Sessions()[0]); !reflect.DeepEqual(got, []uint64{1, 2, 3, 4, 5}) {
+		t.Fatalf("the server got chunks %v, want 1..5", got)
+	}
+	var r reply
+	go s.Close(context.Background(), "user_stop")
+	drain(t, s, &r, func(ev realtime.Event) bool { _, ok := ev.(realtime.Closed); return ok })
+	if r.closed.Err != nil || len(r.closed.Undelivered) != 0 {
+		t.Fatalf("clean close over TLS: %+v", r.closed)
 	}
 }
