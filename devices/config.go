@@ -36,8 +36,9 @@ type AudioConfig struct {
 	// 200 ms); the speaker's buffer bounds how fast an interrupt is heard, the microphone's
 	// only delays capture. Defaults 100 ms in, 50 ms out. A file input delivers blocks of
 	// InputLatency, as a device with that buffer would, when it is set; left unset (0 after
-	// WithDefaults), a file delivers one send unit at a time (the agent's chunk, or an
-	// OpenVoice frame): nothing hears a file in real time, and each block is a wake-up.
+	// WithDefaults), a file delivers the agent's chunk at a time (DefaultInputLatency blocks
+	// for OpenVoice's small frames): nothing hears a file in real time, and each block is a
+	// wake-up.
 	InputLatency  time.Duration `yaml:"input_latency"`
 	OutputLatency time.Duration `yaml:"output_latency"`
 	// JitterBuffer is how long reply audio waits before it starts playing, so that a server
@@ -86,6 +87,9 @@ type AGCConfig struct {
 	MaxGainDB int     `yaml:"max_gain_db"` // default 30
 }
 
+// DefaultInputLatency is a microphone's buffer when audio.input_latency is not set.
+const DefaultInputLatency = 100 * time.Millisecond
+
 // FileInput reports whether the microphone is a WAV file (audio.input: file:PATH).
 func (c AudioConfig) FileInput() bool { return strings.HasPrefix(c.Input, "file:") }
 
@@ -116,7 +120,7 @@ func (c AudioConfig) WithDefaults() AudioConfig {
 		c.Volume = &v
 	}
 	if c.InputLatency == 0 && !c.FileInput() {
-		c.InputLatency = 100 * time.Millisecond
+		c.InputLatency = DefaultInputLatency
 	}
 	if c.OutputLatency == 0 {
 		c.OutputLatency = 50 * time.Millisecond

@@ -487,16 +487,17 @@ func TestConfigCheckOpensWhatItNames(t *testing.T) {
 	}
 }
 
-// A file microphone without input_latency hands over one send unit at a time (the chunk, or an
-// OpenVoice frame), and mute is judged within that block; with input_latency it delivers blocks
-// of that, as does every device; a device keeps the echo canceller's wait on top.
+// A file microphone without input_latency hands over one chunk at a time (OpenVoice's small
+// frames in a device's 100 ms blocks), and mute is judged within that block; with input_latency
+// it delivers blocks of that, as does every device; a device keeps the echo canceller's wait on
+// top.
 func TestFileMicrophoneBlock(t *testing.T) {
 	for _, tt := range []struct {
 		name, text  string
 		block, hold time.Duration
 	}{
 		{"file, chunk", "audio:\n  input: file:x.wav\nsession:\n  chunk: 750ms\n", 750 * time.Millisecond, 750 * time.Millisecond},
-		{"file, openvoice frames", "  dialect: openvoice\n  model: whisper\naudio:\n  input: file:x.wav\n", 40 * time.Millisecond, 40 * time.Millisecond},
+		{"file, openvoice frames", "  dialect: openvoice\n  model: whisper\naudio:\n  input: file:x.wav\n", 100 * time.Millisecond, 100 * time.Millisecond},
 		{"file, input_latency", "audio:\n  input: file:x.wav\n  input_latency: 100ms\n", 100 * time.Millisecond, 100 * time.Millisecond},
 		{"device", "audio:\n  input: default\n", 100 * time.Millisecond, 600 * time.Millisecond},
 	} {

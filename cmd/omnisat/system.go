@@ -45,10 +45,11 @@ func systemConfig(cfg *fileConfig, env *cliEnv, log *slog.Logger) (satellite.Con
 	}
 	audioCfg := cfg.Audio
 	if audioCfg.InputLatency == 0 {
-		// A file microphone without input_latency hands over one send unit at a time.
+		// A file microphone without input_latency hands over a chunk at a time; OpenVoice's
+		// small frames come as a device's 100 ms blocks do.
 		audioCfg.InputLatency = cfg.Session.Chunk
-		if n := server.AudioFrameSamples(); n > 0 {
-			audioCfg.InputLatency = time.Duration(n) * time.Second / realtime.InputSampleRate
+		if server.AudioFrameSamples() > 0 {
+			audioCfg.InputLatency = devices.DefaultInputLatency
 		}
 	}
 	// A sample reaches the agent up to the input buffer after its capture, plus, from a
