@@ -33,9 +33,9 @@ import (
 //   - wakeups/s: voluntary context switches summed over /proc/PID/task/*/status of omnisat and
 //     its children, per second of steady streaming (from 3 s after the session started to the
 //     end of the long run);
-//   - private-MB, private-growth-MB: Private_Clean + Private_Dirty of /proc/PID/smaps_rollup
+//   - private-MB, private-growth-MB, private-max-MB: Private_Clean + Private_Dirty of /proc/PID/smaps_rollup
 //     (omnisat and its children) at the first sample, 5 s after the session started, and the
-//     growth from there to the last sample of the long run.
+//     growth from there to the last sample of the long run, and the largest sample (every 5 s).
 //
 // Configurations: audio_file (audio mode, the demo WAV looped as the microphone, output none,
 // no camera: the headline; the file hands over one 1 s chunk at a time), audio_file_100ms (the
@@ -106,6 +106,7 @@ func BenchmarkFootprint(b *testing.B) {
 				b.ReportMetric(float64(l.startup)/float64(time.Millisecond), "startup-cpu-ms")
 				b.ReportMetric(float64(l.privFirst)/1e6, "private-MB")
 				b.ReportMetric(float64(l.privLast-l.privFirst)/1e6, "private-growth-MB")
+				b.ReportMetric(float64(l.privMax)/1e6, "private-max-MB")
 				b.ReportMetric(streamed.Seconds(), "streamed-s")
 			}
 		})
@@ -188,7 +189,8 @@ type footprint struct {
 	startup             time.Duration // CPU when the banner was printed
 	streamed            time.Duration // audio the agent sent
 	wakeups             float64       // voluntary context switches a second, steady streaming
-	privFirst, privLast int64         // private memory, bytes
+	privFirst, privLast int64         // private memory, bytes: the first and last samples
+	privMax             int64         // and the largest
 }
 
 // runOnce runs omnisat run -c cfg until it has streamed for d after its session started.
@@ -240,9 +242,9 @@ func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) f
 			if fp.privFirst == 0 {
 				fp.privFirst = p
 			}
-			fp.privLast = p
-			if logMem {
-				b.Logf("%5.0f s streaming: private %.1f MB", d.Seconds()-time.Until(end).Seconds(), float64(p)/1e6)
+			fp.privLast, fp.privMax = p, max(fp.privMax, p)
+			if logMem { // to stderr as it comes: a benchmark's log keeps only its first lines
+				fmt.Fprintf(os.Stderr, "%5.0f s streaming: private %.1f MB\n", d.Seconds()-time.Until(end).Seconds(), float64(p)/1e6)
 			}
 		}
 	}
