@@ -73,16 +73,17 @@ func (t *deliveryTracker) drop(n int) {
 	t.pending = append(t.pending[:0], t.pending[n:]...)
 }
 
-// settleNow updates t from the kernel's view of conn (or by age where it has none) and returns
-// how many bytes written the peer has not acknowledged (known false: the kernel does not say).
+// settleNow updates t from the kernel's view of wire's socket (or by age where it has none) and
+// returns how many bytes written the peer has not acknowledged (known false: the kernel does not
+// say).
 // The byte count is read before the kernel is asked, so bytes written meanwhile only make the
 // result more cautious.
-func (t *deliveryTracker) settleNow(wire *countingConn, raw net.Conn, deadLink time.Duration) (unacked uint64, known bool) {
+func (t *deliveryTracker) settleNow(wire *countingConn, deadLink time.Duration) (unacked uint64, known bool) {
 	if wire == nil {
 		return 0, false
 	}
 	written := wire.written.Load()
-	if unacked, ok := unackedBytes(raw); ok {
+	if unacked, ok := unackedBytes(wire.sock); ok {
 		t.settle(written - min(unacked, written))
 		return unacked, true
 	}

@@ -105,10 +105,9 @@ func (c *countingConn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
-// unackedBytes asks the kernel how many bytes written to conn the peer has not acknowledged yet
-// (SIOCOUTQ). ok is false when conn is not a socket or the kernel does not say.
-func unackedBytes(conn net.Conn) (n uint64, ok bool) {
-	sock := socketOf(conn)
+// unackedBytes asks the kernel how many bytes written to sock the peer has not acknowledged yet
+// (SIOCOUTQ). ok is false when there is no socket or the kernel does not say.
+func unackedBytes(sock syscall.RawConn) (n uint64, ok bool) {
 	if sock == nil {
 		return 0, false
 	}

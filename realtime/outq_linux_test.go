@@ -63,7 +63,7 @@ func TestRawSocketKeepsConnSemantics(t *testing.T) {
 	if w := c.written.Load(); w != uint64(len(msg)) {
 		t.Fatalf("written counts %d, want %d", w, len(msg))
 	}
-	if un, ok := unackedBytes(raw); !ok || un != 0 {
+	if un, ok := unackedBytes(c.sock); !ok || un != 0 {
 		t.Fatalf("unacked after the peer read everything: %d %v", un, ok)
 	}
 

@@ -19,4 +19,4 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 // unackedBytes: only Linux says how much of what was written the peer has acknowledged; elsewhere
 // the session falls back to counting every chunk written within DeadLinkTimeout as unacknowledged.
-func unackedBytes(net.Conn) (uint64, bool) { return 0, false }
+func unackedBytes(syscall.RawConn) (uint64, bool) { return 0, false }

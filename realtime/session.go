@@ -561,7 +561,7 @@ func (s *session) write(m outMsg) bool {
 	}
 	if m.media && !s.ended {
 		s.track.written(m.id, s.wire.written.Load(), time.Now())
-		s.track.settleNow(s.wire, s.raw, s.cfg.DeadLinkTimeout)
+		s.track.settleNow(s.wire, s.cfg.DeadLinkTimeout)
 	}
 	return !s.ended
 }
@@ -614,7 +614,7 @@ func (s *session) endClosed(err *Error, c closedSignal) {
 	s.endOnce.Do(func() {
 		s.endErr, s.endReason, s.endDiag, s.endTotals = err, c.reason, c.diagnostic, c
 		s.mu.Lock()
-		unacked, known := s.track.settleNow(s.wire, s.raw, s.cfg.DeadLinkTimeout)
+		unacked, known := s.track.settleNow(s.wire, s.cfg.DeadLinkTimeout)
 		if err != nil { // after a clean Close the caller wants nothing back
 			for _, c := range s.track.pending {
 				s.undelivered = appendID(s.undelivered, c.id)
@@ -813,7 +813,7 @@ func (s *session) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ended {
-		s.track.settleNow(s.wire, s.raw, s.cfg.DeadLinkTimeout)
+		s.track.settleNow(s.wire, s.cfg.DeadLinkTimeout)
 	}
 	return Stats{BytesSent: s.bytesSent.Load(), BytesReceived: s.bytesRecv.Load(), ChunksDelivered: s.track.delivered}
 }
