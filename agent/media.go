@@ -79,6 +79,10 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 			clear(block)
 			mute = m
 		}
+		// Whether the model is being heard, asked once per block (the whole block arrived at
+		// once) and again after a barge-in: asking for every 20 ms step cost a lock and a
+		// playback catch-up fifty times a second.
+		playing := barge != nil && s.active.Load() != nil && s.speaker.Pending() > 0
 		for len(block) > 0 {
 			// Audio from before a stop is never sent; audio from before a mute goes as silence.
 			if len(cur) == 0 || epoch != curEpoch {
@@ -108,7 +112,6 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 			if barge != nil {
 				// The user talks over the model's speech: stop it (the signal is echo-cancelled
 				// upstream, so the model's own voice does not count).
-				playing := s.active.Load() != nil && s.speaker.Pending() > 0
 				speaking, changed := barge.process(got)
 				rising := barge.v.Rising()
 				// Speech may be starting: end the chunk just before it (keeping preRoll of the
@@ -128,6 +131,7 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 					s.log.Info("agent: barge-in: the user speaks over the reply")
 					s.bus.publish(Lifecycle{Kind: "barge_in", At: s.now()})
 					s.Interrupt()
+					playing = s.active.Load() != nil && s.speaker.Pending() > 0
 				}
 			}
 			cur = append(cur, got...)
