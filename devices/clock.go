@@ -85,13 +85,22 @@ func (c *PlaybackClock) Restart(now time.Time) {
 // queued audio, then, once the queue has run dry, silence (only as long as the block that ran
 // dry when sink is nil, since nothing would hear the rest). Memory use does not depend on how
 // long it has been.
-func (c *PlaybackClock) CatchUp(now time.Time, sink func([]float32)) {
+func (c *PlaybackClock) CatchUp(now time.Time, sink func([]float32)) { c.catchUp(now, sink, sink) }
+
+// CatchUpSound is CatchUp for a sink that only cares for sound (a peak meter): once the queue
+// has run dry, the silence is counted but not handed over, so a speaker that plays into nothing
+// does no work per second of silence.
+func (c *PlaybackClock) CatchUpSound(now time.Time, sink func([]float32)) { c.catchUp(now, sink, nil) }
+
+// catchUp hands the queued audio to sound and the silence after it to silence (nil: into
+// nothing).
+func (c *PlaybackClock) catchUp(now time.Time, sound, silence func([]float32)) {
 	due := c.clock.Due(now) - c.pulled
 	for due > 0 {
 		block := c.buf[:min(due, int64(len(c.buf)))]
 		got := c.pb.Pull(block)
-		if sink != nil {
-			sink(block)
+		if sound != nil {
+			sound(block)
 		}
 		c.pulled += int64(len(block))
 		due -= int64(len(block))
@@ -103,13 +112,13 @@ func (c *PlaybackClock) CatchUp(now time.Time, sink func([]float32)) {
 		return
 	}
 	c.pulled += due
-	if sink == nil {
+	if silence == nil {
 		return
 	}
 	clear(c.buf)
 	for due > 0 {
 		n := min(due, int64(len(c.buf)))
-		sink(c.buf[:n])
+		silence(c.buf[:n])
 		due -= n
 	}
 }

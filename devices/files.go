@@ -212,6 +212,10 @@ func (f *FileSpeaker) catchUp() {
 	if f.closed {
 		return
 	}
+	if f.file == nil {
+		f.clock.CatchUpSound(f.now(), f.sink) // silence moves no peak
+		return
+	}
 	f.clock.CatchUp(f.now(), f.sink)
 }
 
