@@ -14,6 +14,8 @@ require (
 
 require github.com/kardianos/service v1.3.0
 
+require github.com/segmentio/asm v1.2.1 // indirect
+
 require (
 	github.com/eclipse/paho.mqtt.golang v1.5.1
 	golang.org/x/net v0.44.0 // indirect

@@ -1,6 +1,9 @@
 package realtime
 
 import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -122,6 +125,41 @@ func FuzzFastFrame(f *testing.F) {
 			c.decodeGeneral(false, data, func(ev Event) { general = append(general, ev) })
 			if !reflect.DeepEqual(fast, general) {
 				t.Fatalf("%q:\nfast    %#v\ngeneral %#v", data, fast, general)
+			}
+		}
+	})
+}
+
+// The fast base64 gives exactly encoding/base64's bytes and errors, for any input, and writes
+// nothing past the end of the buffer it is given.
+func FuzzBase64MatchesStd(f *testing.F) {
+	f.Add([]byte("AAAAPw=="))
+	f.Add([]byte("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA!AAAA"))
+	f.Add([]byte("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\nAAA="))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		std := base64.StdEncoding
+		enc := appendBase64([]byte("x"), data)
+		if want := std.AppendEncode([]byte("x"), data); !bytes.Equal(enc, want) {
+			t.Fatalf("encoding %d bytes: %q, encoding/base64 says %q", len(data), enc, want)
+		}
+		n := std.DecodedLen(len(data))
+		wantBuf := make([]byte, n)
+		wantN, wantErr := std.Decode(wantBuf, data)
+		mem := make([]byte, n+64)
+		for i := range mem {
+			mem[i] = 0xA5
+		}
+		gotN, gotErr := decodeBase64(mem[:n:n], data)
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || gotN != wantN {
+			t.Fatalf("decoding %q: %d %v, encoding/base64 says %d %v", data, gotN, gotErr, wantN, wantErr)
+		}
+		if wantErr == nil && !bytes.Equal(mem[:gotN], wantBuf[:wantN]) {
+			t.Fatalf("decoding %q: %x, encoding/base64 says %x", data, mem[:gotN], wantBuf[:wantN])
+		}
+		for i := n; i < len(mem); i++ {
+			if mem[i] != 0xA5 {
+				t.Fatalf("decoding %q wrote byte %d past the %d-byte buffer", data, i, n)
 			}
 		}
 	})

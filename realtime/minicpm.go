@@ -1,7 +1,6 @@
 package realtime
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -125,7 +124,7 @@ func (c *miniCPM) chunk(ch Chunk, in Init, buf []byte) (outMsg, error) {
 				b = append(b, ',')
 			}
 			b = append(b, '"')
-			b = base64.StdEncoding.AppendEncode(b, f)
+			b = appendBase64(b, f)
 			b = append(b, '"')
 		}
 		b = append(b, ']')
