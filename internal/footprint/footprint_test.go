@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,7 +38,10 @@ import (
 //     (omnisat and its children) at the first sample, 5 s after the session started, and the
 //     growth from there to the last sample of the long run, and the largest sample (every 5 s).
 //
-// Configurations: audio_file (audio mode, the demo WAV looped as the microphone, output none,
+// Configurations: floor (not omnisat: testdata/floor, a C program that does only the work no
+// client can skip, a timer wake-up, base64 of a second of audio and a loopback send, once a
+// second: what this machine charges for that; its figures are CPU and voluntary switches from
+// its own rusage), audio_file (audio mode, the demo WAV looped as the microphone, output none,
 // no camera: the headline; the file hands over one 1 s chunk at a time), audio_file_100ms (the
 // same with input_latency: 100ms: blocks as a sound card's 100 ms buffer delivers them),
 // video_file_1fps (the same in video mode, plus a 1 fps 640×480 video
@@ -69,6 +73,9 @@ func BenchmarkFootprint(b *testing.B) {
 	fileAudio := "input: file:" + wavPath + "\n  loop: true\n  output: none"
 	video := filepath.Join(dir, "cam1fps.mp4")
 	only := os.Getenv("FOOTPRINT_ONLY")
+	if only == "" || slices.Contains(strings.Split(only, ","), "floor") {
+		b.Run("floor", func(b *testing.B) { benchFloor(b, dir, short, long) })
+	}
 	for _, fc := range []struct {
 		name, mode, audio, camera string
 		setup                     func(b *testing.B)
@@ -361,4 +368,50 @@ func pacedCard(b *testing.B, dir string) {
 	}
 	b.Setenv("HOME", home)
 	b.Setenv("PULSE_SERVER", "") // removed from omnisat's environment: no sound server in the way
+}
+
+// benchFloor reports what testdata/floor costs per second, measured as omnisat is: a long run
+// minus a short one.
+func benchFloor(b *testing.B, dir string, short, long time.Duration) {
+	if _, err := exec.LookPath("cc"); err != nil {
+		if os.Getenv("CI") == "true" {
+			b.Fatal("cc not installed: run make deps")
+		}
+		b.Skip("cc not installed: run make deps")
+	}
+	bin := filepath.Join(dir, "floor")
+	if out, err := exec.Command("cc", "-O2", "-Wall", "-o", bin, "testdata/floor/floor.c").CombinedOutput(); err != nil {
+		b.Fatalf("build testdata/floor: %v %s", err, out)
+	}
+	sink, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sink.Close()
+	go func() {
+		for {
+			c, err := sink.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	port := strconv.Itoa(sink.Addr().(*net.TCPAddr).Port)
+	run := func(d time.Duration) (cpu time.Duration, switches int64) {
+		cmd := exec.Command(bin, port, strconv.Itoa(int(d.Seconds())))
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("floor: %v", err)
+		}
+		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw
+	}
+	for range b.N {
+		sCPU, sSw := run(short)
+		lCPU, lSw := run(long)
+		seconds := (long - short).Seconds()
+		b.ReportMetric(float64(lCPU-sCPU)/float64(time.Millisecond)/seconds, "cpu-ms/s")
+		b.ReportMetric(float64(lSw-sSw)/seconds, "wakeups/s")
+	}
 }
