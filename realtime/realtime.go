@@ -97,7 +97,7 @@ type Config struct {
 	InitTimeout time.Duration
 	// CloseTimeout bounds Close's wait for session.closed before it drops the link. Default 2 s.
 	CloseTimeout time.Duration
-	PingInterval time.Duration // client pings; default 5 s
+	PingInterval time.Duration // client pings when the server has been silent this long; default 5 s
 	// DeadLinkTimeout is how long the link may stay completely silent (no frame, no pong) before the
 	// session is declared dead. Default 15 s. Must be longer than PingInterval.
 	DeadLinkTimeout time.Duration

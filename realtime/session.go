@@ -119,6 +119,7 @@ type session struct {
 	closeReason atomic.Value // string: the reason we sent in session.close
 
 	bytesSent, bytesRecv atomic.Uint64
+	heardAt              atomic.Int64 // when the server last spoke on its own (a frame or a ping), Unix ns
 
 	lastServerErr atomic.Pointer[Error] // the latest gateway error, to explain a following close
 	initSent      atomic.Bool
@@ -183,10 +184,10 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 	}
 	s.conn = conn
 	conn.SetReadLimit(cfg.MaxFrameBytes)
-	s.extendDeadline()
+	s.heard()
 	conn.SetPongHandler(func(string) error { s.extendDeadline(); return nil })
 	conn.SetPingHandler(func(data string) error {
-		s.extendDeadline()
+		s.heard()
 		// A failed pong is not the reader's business: if the link is gone, the next read says
 		// so, with the server's close frame when there is one.
 		_ = conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(cfg.WriteTimeout))
@@ -374,7 +375,7 @@ func (s *session) readLoop() {
 		if cap(buf) > maxKeptReadBuffer {
 			buf = nil // an outsized frame's buffer is not kept
 		}
-		s.extendDeadline()
+		s.heard()
 		s.bytesRecv.Add(uint64(len(data)))
 		if typ != websocket.TextMessage && typ != websocket.BinaryMessage {
 			continue
@@ -477,11 +478,12 @@ func (s *session) emit(ev Event, last bool) {
 	}
 }
 
-// writeLoop is the only writer of messages: it sleeps until the queue has work or a ping is due.
+// writeLoop is the only writer of messages: it sleeps until the queue has work or a ping is due
+// (the server has been silent for a ping interval).
 func (s *session) writeLoop() {
 	defer s.wg.Done()
-	ticker := time.NewTicker(s.cfg.PingInterval)
-	defer ticker.Stop()
+	ping := time.NewTimer(s.cfg.PingInterval)
+	defer ping.Stop()
 	for {
 		select {
 		case <-s.wake:
@@ -494,12 +496,19 @@ func (s *session) writeLoop() {
 					return
 				}
 			}
-		case <-ticker.C:
+		case <-ping.C:
+			if silent := time.Since(time.Unix(0, s.heardAt.Load())); silent < s.cfg.PingInterval {
+				// The server spoke since: the link is known to be alive, and a ping and its
+				// pong would only wake both ends (while streaming, it answers every chunk).
+				ping.Reset(s.cfg.PingInterval - silent)
+				continue
+			}
 			if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WriteTimeout)); err != nil {
 				s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
 					Message: fmt.Sprintf("ping %s", s.cfg.redactedEndpoint())}, "", "")
 				return
 			}
+			ping.Reset(s.cfg.PingInterval)
 		case <-s.done:
 			return
 		}
@@ -601,6 +610,14 @@ func (s *session) growSendBuffer(size int) {
 
 func (s *session) extendDeadline() {
 	s.conn.SetReadDeadline(time.Now().Add(s.cfg.DeadLinkTimeout))
+}
+
+// heard notes that the server spoke on its own (a frame or a ping, not the pong to ours), and
+// keeps the link alive.
+func (s *session) heard() {
+	now := time.Now()
+	s.heardAt.Store(now.UnixNano())
+	s.conn.SetReadDeadline(now.Add(s.cfg.DeadLinkTimeout))
 }
 
 // end records why the session ended (first call wins) and what the peer never got, says goodbye

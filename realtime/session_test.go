@@ -622,3 +622,28 @@ func TestCloseNoLeak(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// The client pings only a server that has been silent for a ping interval: a quiet server gets
+// a ping an interval, a server that speaks (here its own pings, as the real gateway's every
+// 20 s, or its answer to every chunk) gets none, since a ping and its pong would only wake
+// both ends.
+func TestPingOnlyWhenServerSilent(t *testing.T) {
+	const interval, run = 100 * time.Millisecond, 1500 * time.Millisecond
+	pings := func(serverPings time.Duration) int {
+		srv := strictServer(t, realtimetest.Options{Dialect: realtimetest.Current, PingInterval: serverPings})
+		cfg := fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio)
+		cfg.PingInterval, cfg.DeadLinkTimeout = interval, 10*time.Second
+		s := dial(t, cfg)
+		time.Sleep(run)
+		s.Close(context.Background(), "user_stop")
+		return srv.Sessions()[0].ClientPings
+	}
+	// Fourteen intervals: a quiet server gets a ping for most of them even on a busy machine.
+	if n := pings(time.Hour); n < 5 {
+		t.Errorf("a silent server got %d pings in %v at one per %v", n, run, interval)
+	}
+	// The server pings every 10 ms: only a stall of ten of them lets a client ping through.
+	if n := pings(10 * time.Millisecond); n > 2 {
+		t.Errorf("a server that spoke every 10 ms got %d pings in %v", n, run)
+	}
+}

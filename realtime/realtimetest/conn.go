@@ -78,6 +78,7 @@ func newWSConn(srv *Server, ws *websocket.Conn, rec *SessionRecord) *wsConn {
 		return nil
 	})
 	ws.SetPingHandler(func(data string) error {
+		c.srv.update(func() { c.rec.ClientPings++ })
 		if c.isStalled() {
 			return nil
 		}

@@ -44,9 +44,10 @@ type SessionRecord struct {
 	// backlog was over 10 s: session.frames_dropped); they are not in Appends or Audio.
 	DroppedFrames int
 
-	Received   []string // type of every client message in order ("binary" for binary frames)
-	Sent       []string // type of every server message in order ("binary" for binary frames)
-	Rejections []string // every protocol violation found, human-readable
+	Received    []string // type of every client message in order ("binary" for binary frames)
+	Sent        []string // type of every server message in order ("binary" for binary frames)
+	Rejections  []string // every protocol violation found, human-readable
+	ClientPings int      // WebSocket pings the client sent
 
 	CloseReason   string // reason the client gave in session.close, if any
 	EndReason     string // why the session ended (see README.md for the list)
