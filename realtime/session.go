@@ -185,7 +185,7 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 	s.conn = conn
 	conn.SetReadLimit(cfg.MaxFrameBytes)
 	s.heard()
-	conn.SetPongHandler(func(string) error { s.extendDeadline(); return nil })
+	conn.SetPongHandler(func(string) error { s.extendDeadline(time.Now()); return nil })
 	conn.SetPingHandler(func(data string) error {
 		s.heard()
 		// A failed pong is not the reader's business: if the link is gone, the next read says
@@ -608,8 +608,9 @@ func (s *session) growSendBuffer(size int) {
 	}
 }
 
-func (s *session) extendDeadline() {
-	s.conn.SetReadDeadline(time.Now().Add(s.cfg.DeadLinkTimeout))
+// extendDeadline gives the link DeadLinkTimeout from now to show a sign of life.
+func (s *session) extendDeadline(now time.Time) {
+	s.conn.SetReadDeadline(now.Add(s.cfg.DeadLinkTimeout))
 }
 
 // heard notes that the server spoke on its own (a frame or a ping, not the pong to ours), and
@@ -617,7 +618,7 @@ func (s *session) extendDeadline() {
 func (s *session) heard() {
 	now := time.Now()
 	s.heardAt.Store(now.UnixNano())
-	s.conn.SetReadDeadline(now.Add(s.cfg.DeadLinkTimeout))
+	s.extendDeadline(now)
 }
 
 // end records why the session ended (first call wins) and what the peer never got, says goodbye
