@@ -12,6 +12,11 @@ import (
 	"github.com/omnisat/omnisat/realtime"
 )
 
+// modelHeard reports whether a session is live and its reply is still playing.
+func (s *Supervisor) modelHeard() bool {
+	return s.active.Load() != nil && s.speaker.Pending() > 0
+}
+
 // captureLoop reads the microphone, cuts chunks and queues them. It runs whether or not a session
 // is live, so audio captured while connecting can be kept. It takes whatever block the source
 // delivers (one device period: one wake-up; at most 100 ms, and never past the chunk's end) and
@@ -82,7 +87,7 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		// Whether the model is being heard, asked once per block (the whole block arrived at
 		// once) and again after a barge-in: asking for every 20 ms step cost a lock and a
 		// playback catch-up fifty times a second.
-		playing := barge != nil && s.active.Load() != nil && s.speaker.Pending() > 0
+		playing := barge != nil && s.modelHeard()
 		for len(block) > 0 {
 			// Audio from before a stop is never sent; audio from before a mute goes as silence.
 			if len(cur) == 0 || epoch != curEpoch {
@@ -131,7 +136,7 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 					s.log.Info("agent: barge-in: the user speaks over the reply")
 					s.bus.publish(Lifecycle{Kind: "barge_in", At: s.now()})
 					s.Interrupt()
-					playing = s.active.Load() != nil && s.speaker.Pending() > 0
+					playing = s.modelHeard()
 				}
 			}
 			cur = append(cur, got...)
