@@ -175,12 +175,7 @@ func startSimulator(b *testing.B, dir string) string {
 
 // makeVideo writes a 640×480 test video at one frame a second.
 func makeVideo(b *testing.B, path string) {
-	if _, err := exec.LookPath("ffmpeg"); err != nil {
-		if os.Getenv("CI") == "true" {
-			b.Fatal("ffmpeg not installed: run make deps")
-		}
-		b.Skip("ffmpeg not installed: run make deps")
-	}
+	testaudio.Require(b, "ffmpeg")
 	if _, err := os.Stat(path); err == nil {
 		return
 	}
@@ -347,12 +342,7 @@ func field(s, key string) int64 {
 // pacedCard builds the paced ALSA test card (testdata/alsapaced) and makes it the default ALSA
 // device of the processes this benchmark starts (HOME holds the .asoundrc that names it).
 func pacedCard(b *testing.B, dir string) {
-	if _, err := exec.LookPath("cc"); err != nil {
-		if os.Getenv("CI") == "true" {
-			b.Fatal("cc not installed: run make deps")
-		}
-		b.Skip("cc not installed: run make deps")
-	}
+	testaudio.Require(b, "cc")
 	home := filepath.Join(dir, "alsa-home")
 	lib := filepath.Join(home, "libasound_module_pcm_paced.so")
 	if err := os.MkdirAll(home, 0o755); err != nil {
@@ -373,12 +363,7 @@ func pacedCard(b *testing.B, dir string) {
 // benchFloor reports what testdata/floor costs per second, measured as omnisat is: a long run
 // minus a short one.
 func benchFloor(b *testing.B, dir string, short, long time.Duration) {
-	if _, err := exec.LookPath("cc"); err != nil {
-		if os.Getenv("CI") == "true" {
-			b.Fatal("cc not installed: run make deps")
-		}
-		b.Skip("cc not installed: run make deps")
-	}
+	testaudio.Require(b, "cc")
 	bin := filepath.Join(dir, "floor")
 	if out, err := exec.Command("cc", "-O2", "-Wall", "-o", bin, "testdata/floor/floor.c").CombinedOutput(); err != nil {
 		b.Fatalf("build testdata/floor: %v %s", err, out)
