@@ -48,13 +48,20 @@ func BenchmarkEncodeChunk1s(b *testing.B) {
 
 func BenchmarkDecodeAudioDelta1s(b *testing.B) {
 	audio := string(appendFloat32Base64(nil, sine(OutputSampleRate)))
+	current := []byte(`{"type":"response.output.delta","kind":"audio","session_id":"sess_1","response_id":"r","audio":"` + audio + `","metrics":{"kv_cache_length":1024}}`)
+	legacy := []byte(`{"type":"response.output_audio.delta","text":"hello","audio":"` + audio + `","end_of_turn":false,"kv_cache_length":1024}`)
+	// "recycled" is the session's path when the speaker hands the samples back
+	// (AudioRecycler); the others keep every delta, as a caller that holds on to them does.
+	pool := &samplePool{}
 	for _, bc := range []struct {
 		name  string
 		c     codec
 		frame []byte
+		pool  *samplePool
 	}{
-		{"current", &miniCPM{mode: ModeAudio}, []byte(`{"type":"response.output.delta","kind":"audio","session_id":"sess_1","response_id":"r","audio":"` + audio + `","metrics":{"kv_cache_length":1024}}`)},
-		{"legacy", &miniCPM{legacy: true, mode: ModeAudio}, []byte(`{"type":"response.output_audio.delta","text":"hello","audio":"` + audio + `","end_of_turn":false,"kv_cache_length":1024}`)},
+		{"current", newCodec(Config{Mode: ModeAudio}, nil), current, nil},
+		{"legacy", newCodec(Config{Mode: ModeAudio, Dialect: DialectLegacy}, nil), legacy, nil},
+		{"current-recycled", newCodec(Config{Mode: ModeAudio}, pool), current, pool},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -64,6 +71,7 @@ func BenchmarkDecodeAudioDelta1s(b *testing.B) {
 				bc.c.decode(false, bc.frame, func(ev Event) {
 					if d, ok := ev.(AudioDelta); ok {
 						n += len(d.Samples)
+						bc.pool.put(d.Samples)
 					}
 				})
 				if n != OutputSampleRate {

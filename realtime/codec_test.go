@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -405,6 +406,37 @@ func TestEncodeChat(t *testing.T) {
 	}
 }
 
+// allFinite agrees with a sample-by-sample check wherever an Inf or a NaN sits, and a decoded
+// delta names the first such sample.
+func TestAllFinite(t *testing.T) {
+	bad := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), math.Float32frombits(0xffc00001)}
+	for n := range 40 {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = float32(i)/7 - 2 // finite, with large and small exponents nearby
+		}
+		s = append(s, math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32)
+		for from := range min(n, 3) { // any start within a word
+			if !allFinite(s[from:]) {
+				t.Fatalf("n=%d from=%d: finite samples reported otherwise", n, from)
+			}
+		}
+		for i := range s {
+			for _, b := range bad {
+				keep := s[i]
+				s[i] = b
+				if allFinite(s) || i >= 1 && allFinite(s[1:]) {
+					t.Fatalf("n=%d: %v at %d not found", n, b, i)
+				}
+				if _, err := decodeFloat32Base64(appendFloat32Base64(nil, s)); err == nil || !strings.Contains(err.Error(), "sample "+strconv.Itoa(i)+" ") {
+					t.Fatalf("n=%d: %v at %d: %v", n, b, i, err)
+				}
+				s[i] = keep
+			}
+		}
+	}
+}
+
 func TestFloat32Base64RoundTrip(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 3, 4, 191, 192, 193, 16000} {
 		in := make([]float32, n)
@@ -480,8 +512,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// The fast path takes the frames real servers send with audio, and leaves anything unusual to
-// the general decoder (FuzzFastFrame checks that the events agree).
+// The fast path takes the frames real servers send, and leaves anything unusual to the general
+// decoder (FuzzFastFrame checks that the events agree).
 func TestFastFrameTakesTheHotFrames(t *testing.T) {
 	a := f32b64(0.5, -0.25)
 	for _, tt := range []struct {
@@ -491,14 +523,28 @@ func TestFastFrameTakesTheHotFrames(t *testing.T) {
 		{`{"type":"response.output.delta","kind":"audio","session_id":"s","response_id":"s_resp_1","input_id":"i","audio":"` + a + `","metrics":{"kv_cache_length":3},"server_send_ts":1.5}`, true},
 		{`{"type": "response.output_audio.delta", "text": "\u4f60\u597d", "audio": "` + a + `", "end_of_turn": false, "kv_cache_length": 9}`, true},
 		{`{"type":"response.done","text":"t","audio":"` + a + `"}`, true},
-		{`{"type":"response.output.delta","kind":"text","text":"no audio here"}`, false},
+		{`{"type":"response.output.delta","kind":"text","text":"no audio here"}`, true},
+		{`{"type":"response.output.delta","kind":"listen","session_id":"s","response_id":"r","input_id":"i","metrics":{"kv_cache_length":12,"backend":"cpp","prefill_ms":1.25e1,"n_tokens":-0},"server_send_ts":1764000000.125}`, true},
+		{`{"type":"response.step.done","session_id":"s","response_id":"r"}`, true},
+		{`{"type":"response.output.delta","kind":"audio_tokens","tokens":[101,202,303],"x":{"y":[true,false,null,"\"]"]}}`, true},
+		{`{"type":"session.queued","position":2,"estimated_wait_s":3.5,"ticket_id":"t","queue_length":4}`, true},
+		{`{"type":"response.output.delta","kind":"audio","audio":null}`, true},
+		{`{"type":"response.listen","kv_cache_length":null,"text":"\ud83d\ude00 \ud83d x\u00e9\/\n"}`, true},
+		{"{\"type\":\"response.output.delta\",\"kind\":\"text\",\"text\":\"caf\xe9\"}", true},
+		{`{"type":"response.output.delta","kind":"text","text":"caf\xe9"}`, false},
 		{`{"type":"response.output.delta","kind":"audio","audio":"` + a + `","AUDIO":"` + a + `"}`, false},
 		{`{"type":"response.output.delta","kind":"audio","audio":"` + a + `","audio":"` + a + `"}`, false},
 		{`{"type":"response.output.delta","kind":"audio","audio":"AAAA\/AAA"}`, false},
-		{`{"type":"response.output.delta","kind":"audio","audio":null}`, false},
 		{`{"type":"response.output.delta","kind":"audio","audio":"` + a + `"}]`, false},
 		{`{"type":"response.output.delta","kind":5,"audio":"` + a + `"}`, false},
 		{`{"type":"response.output.delta","kind":"audio","audio":"!!!!"}`, false},
+		{`{"ty\u0070e":"response.output.delta"}`, false},
+		{`{"type":"response.output.delta","metrics":{"kv_cache_length":1e999}}`, false},
+		{`{"type":"session.closed","reason":"timeout","diagnostic":{"message":"m"}}`, false},
+		{`{"type":"error","error":{"code":"c","message":"m"}}`, false},
+		{`{"type":"x","y":01}`, false},
+		{`{"type":"x",}`, false},
+		{`null`, false},
 	} {
 		c := &miniCPM{mode: ModeAudio, legacy: strings.Contains(tt.frame, "output_audio")}
 		if _, ok := c.fastFrame([]byte(tt.frame)); ok != tt.fast {

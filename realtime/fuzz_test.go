@@ -3,6 +3,7 @@ package realtime
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -114,21 +115,57 @@ func FuzzFastFrame(f *testing.F) {
 		`{"type":"response.output.delta","kind":"audio","audio":"` + audio + `",}`,
 		`{"TYPE":"response.output.delta","Kind":"audio","audio":"` + audio + `","kind":"text"}`,
 		`{"type":"response.output.delta","kind":"audio","audio":"//8AAP//AAA="}`,
+		`{"type":"response.output.delta","kind":"listen","session_id":"s","response_id":"r","input_id":"i","metrics":{"kv_cache_length":12,"backend":"cpp","prefill_ms":1.25e1,"wall_clock_ms":-0.0,"n_tokens":3,"chunk_index":7},"server_send_ts":1764000000.125}`,
+		`{"type":"response.step.done","session_id":"s","response_id":"r"}`,
+		`{"type":"session.queued","position":2,"estimated_wait_s":3.5,"ticket_id":"t","queue_length":4}`,
+		`{"type":"response.listen","kv_cache_length":null,"text":"\ud83d\ude00 \ud83d x\udc00\u00e9\/\n\"","end_of_turn":null,"metrics":null}`,
+		"{\"type\":\"response.output.delta\",\"kind\":\"text\",\"text\":\"caf\xe9 \xed\xa0\x80\"}",
+		`{"type":"session.created","session_id":"s","mode":"full_duplex","metrics":{"backend":"\u0063pp"}}`,
+		`{"type":"response.output.delta","kind":"text","text":"a\"b\\","position":1E+2,"queue_length":-1.5e-3}`,
 	} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, legacy bool) {
 		c := &miniCPM{legacy: legacy, mode: ModeAudio}
+		fr, ok := c.fastFrame(data)
+		if !ok {
+			return
+		}
+		checkSameFrame(t, data, fr)
 		var fast, general []Event
-		if fr, ok := c.fastFrame(data); ok {
-			c.emitFrame(fr, func(ev Event) { fast = append(fast, ev) })
-			c.decodeGeneral(false, data, func(ev Event) { general = append(general, ev) })
-			if !reflect.DeepEqual(fast, general) {
-				t.Fatalf("%q:\nfast    %#v\ngeneral %#v", data, fast, general)
-			}
+		c.emitFrame(fr, func(ev Event) { fast = append(fast, ev) })
+		c.decodeGeneral(false, data, func(ev Event) { general = append(general, ev) })
+		if !reflect.DeepEqual(fast, general) {
+			t.Fatalf("%q:\nfast    %#v\ngeneral %#v", data, fast, general)
 		}
 	})
+}
+
+// checkSameFrame holds a frame the fast path took to what encoding/json makes of the same bytes,
+// field by field.
+func checkSameFrame(t *testing.T, data []byte, fast *miniFrame) {
+	t.Helper()
+	var want miniFrame
+	if err := json.Unmarshal(data, &want); err != nil {
+		t.Fatalf("%q: the fast path took a frame encoding/json refuses: %v", data, err)
+	}
+	if want.Diagnostic != nil || want.Error != nil {
+		t.Fatalf("%q: the fast path took a frame with diagnostic or error", data)
+	}
+	if want.Audio != nil {
+		samples, err := decodeFloat32Base64(stringBytes(*want.Audio))
+		if err != nil || fast.fastAudio == nil || !reflect.DeepEqual(samples, fast.fastAudio.samples) || fast.fastAudio.size != len(*want.Audio) {
+			t.Fatalf("%q: audio differs", data)
+		}
+	} else if fast.fastAudio != nil {
+		t.Fatalf("%q: audio where encoding/json has none", data)
+	}
+	got := *fast
+	got.fastAudio, want.Audio = nil, nil
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q:\nfast    %+v\ngeneral %+v", data, got, want)
+	}
 }
 
 // The same over many seeded random cases that reach the vector code (inputs of a few hundred

@@ -7,14 +7,15 @@ import (
 	"time"
 )
 
-func newCodec(cfg Config) codec {
+// newCodec makes the codec for cfg's dialect; reply audio is decoded into buffers from pool.
+func newCodec(cfg Config, pool *samplePool) codec {
 	switch cfg.Dialect {
 	case DialectLegacy:
-		return &miniCPM{legacy: true, mode: cfg.Mode, fastMin: fastFrameMin}
+		return &miniCPM{legacy: true, mode: cfg.Mode, samples: pool}
 	case DialectOpenVoice:
-		return &openVoice{ttsRate: cfg.OpenVoiceTTSRate, frame: cfg.AudioFrameSamples()}
+		return &openVoice{ttsRate: cfg.OpenVoiceTTSRate, frame: cfg.AudioFrameSamples(), samples: pool}
 	default:
-		return &miniCPM{mode: cfg.Mode, fastMin: fastFrameMin}
+		return &miniCPM{mode: cfg.Mode, samples: pool}
 	}
 }
 
@@ -23,10 +24,18 @@ func newCodec(cfg Config) codec {
 type miniCPM struct {
 	legacy bool
 	mode   Mode
-	// fastMin is the smallest frame the fast path takes: below it encoding/json is cheap anyway.
-	fastMin int
-	// scratch holds a frame without its audio member (fast path), reused from frame to frame.
-	scratch []byte
+
+	// The fast path's scratch (fastframe.go), reused from frame to frame: the frame and what
+	// its pointers point at, the members seen, and the ids last seen.
+	frame                                      miniFrame
+	metrics                                    wireMetrics
+	audio                                      decodedAudio
+	text                                       string
+	kvCache                                    float64
+	seen                                       uint32
+	lastSessionID, lastResponseID, lastBackend lastString
+	// samples holds reply sample buffers the caller handed back (nil: each delta allocates).
+	samples *samplePool
 }
 
 func (c *miniCPM) queued() bool { return true }
@@ -273,7 +282,7 @@ func protocolError(event, code, format string, args ...any) ErrorEvent {
 // decode takes the fast path for frames with audio (fastframe.go) and the general decoder for the
 // rest; both give the same events.
 func (c *miniCPM) decode(binary bool, data []byte, emit func(Event)) {
-	if !binary && len(data) >= c.fastMin {
+	if !binary {
 		if f, ok := c.fastFrame(data); ok {
 			c.emitFrame(f, emit)
 			return

@@ -16,6 +16,8 @@ type openVoice struct {
 	// frame is the most samples one binary frame carries: the server's VAD judges each frame as
 	// a whole, so audio goes out in small frames whatever the chunk size.
 	frame int
+	// samples holds TTS sample buffers the caller handed back (nil: each frame allocates).
+	samples *samplePool
 }
 
 func (o *openVoice) queued() bool { return false }
@@ -54,11 +56,11 @@ func (o *openVoice) initMsgs(in Init) ([]outMsg, error) {
 
 // chunk sends the audio as PCM16 in binary frames of at most o.frame samples; video frames and
 // force_listen have no equivalent.
-func (o *openVoice) chunk(ch Chunk, _ Init, _ []byte) (outMsg, error) {
+func (o *openVoice) chunk(ch Chunk, _ Init, buf []byte) (outMsg, error) {
 	if len(ch.Audio) == 0 {
 		return outMsg{}, fmt.Errorf("send chunk: no audio")
 	}
-	m := outMsg{binary: true, data: appendPCM16(make([]byte, 0, 2*len(ch.Audio)), ch.Audio)}
+	m := outMsg{binary: true, data: appendPCM16(buf[:0], ch.Audio)}
 	if n := (len(ch.Audio) - 1) / o.frame; n > 0 {
 		m.splits = make([]int, n)
 		for i := range m.splits {
@@ -192,7 +194,7 @@ func (f *ovFrame) transcript(final bool) Transcript {
 
 func (o *openVoice) decode(binary bool, data []byte, emit func(Event)) {
 	if binary {
-		samples, err := decodePCM16(data)
+		samples, err := decodePCM16Into(o.samples, data)
 		if err != nil {
 			emit(protocolError("binary", CodeBadField, "TTS audio dropped: %v", err))
 			return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"unsafe"
 
 	asmbase64 "github.com/segmentio/asm/base64"
@@ -69,8 +70,11 @@ var nativeLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 // decodeFloat32Base64 decodes base64 float32 little-endian PCM straight into a new sample buffer,
 // with no intermediate copy. It rejects bad base64, a byte count that is not whole samples, and
 // NaN or infinite samples (garbage that would wreck playback). src is only read.
-func decodeFloat32Base64(src []byte) ([]float32, error) {
-	out := make([]float32, (base64.StdEncoding.DecodedLen(len(src))+3)/4)
+func decodeFloat32Base64(src []byte) ([]float32, error) { return decodeFloat32Base64Into(nil, src) }
+
+// decodeFloat32Base64Into is decodeFloat32Base64 into a buffer from pool (nil: a new one).
+func decodeFloat32Base64Into(pool *samplePool, src []byte) ([]float32, error) {
+	out := pool.get((base64.StdEncoding.DecodedLen(len(src)) + 3) / 4)
 	var raw []byte
 	if nativeLittleEndian && len(out) > 0 {
 		raw = unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out))
@@ -79,9 +83,11 @@ func decodeFloat32Base64(src []byte) ([]float32, error) {
 	}
 	n, err := decodeBase64(raw, src)
 	if err != nil {
+		pool.put(out)
 		return nil, fmt.Errorf("audio is not valid base64: %v", err)
 	}
 	if n%4 != 0 {
+		pool.put(out)
 		return nil, fmt.Errorf("audio has %d bytes, not a whole number of float32 samples", n)
 	}
 	out = out[:n/4]
@@ -90,12 +96,83 @@ func decodeFloat32Base64(src []byte) ([]float32, error) {
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 		}
 	}
+	if allFinite(out) {
+		return out, nil
+	}
 	for i, v := range out {
-		if math.Float32bits(v)&0x7f800000 == 0x7f800000 { // exponent all ones: Inf or NaN
+		if !finite(v) {
+			pool.put(out)
 			return nil, fmt.Errorf("audio sample %d is %v, not a finite number", i, v)
 		}
 	}
 	return out, nil
+}
+
+// finite: the exponent is not all ones (Inf or NaN).
+func finite(v float32) bool { return math.Float32bits(v)&0x7f800000 != 0x7f800000 }
+
+// allFinite reports whether every sample is finite, two at a time: adding one to an exponent of
+// all ones carries into the sign bit's place, and a pair's low half cannot carry into its high.
+func allFinite(s []float32) bool {
+	const exp, one, carry = 0x7f8000007f800000, 0x0080000000800000, 0x8000000080000000
+	var acc uint64
+	for len(s) >= 8 {
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 32)
+		acc |= (binary.NativeEndian.Uint64(b)&exp + one) | (binary.NativeEndian.Uint64(b[8:])&exp + one) |
+			(binary.NativeEndian.Uint64(b[16:])&exp + one) | (binary.NativeEndian.Uint64(b[24:])&exp + one)
+		s = s[8:]
+	}
+	if acc&carry != 0 {
+		return false
+	}
+	for _, v := range s {
+		if !finite(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// samplePool keeps reply sample buffers that the caller handed back (Session's RecycleAudio) for
+// the next audio deltas, so that a second of reply audio a second does not cost a new 96 KB
+// buffer (and the page faults of fresh memory) each time. A nil pool allocates.
+type samplePool struct {
+	mu   sync.Mutex
+	free [][]float32
+}
+
+// The pool keeps a few buffers, none longer than ten seconds of 24 kHz audio.
+const (
+	maxPooledBuffers = 4
+	maxPooledSamples = 10 * OutputSampleRate
+)
+
+// get returns a buffer of n samples (its contents are whatever they were).
+func (p *samplePool) get(n int) []float32 {
+	if p != nil {
+		p.mu.Lock()
+		for i := len(p.free) - 1; i >= 0; i-- {
+			if b := p.free[i]; cap(b) >= n {
+				p.free = slices.Delete(p.free, i, i+1)
+				p.mu.Unlock()
+				return b[:n]
+			}
+		}
+		p.mu.Unlock()
+	}
+	return make([]float32, n)
+}
+
+// put keeps b for a later get; nothing may use b afterwards.
+func (p *samplePool) put(b []float32) {
+	if p == nil || cap(b) == 0 || cap(b) > maxPooledSamples {
+		return
+	}
+	p.mu.Lock()
+	if len(p.free) < maxPooledBuffers {
+		p.free = append(p.free, b[:0])
+	}
+	p.mu.Unlock()
 }
 
 // stringBytes views s as bytes without copying; the bytes must only be read.
@@ -120,11 +197,14 @@ func appendPCM16(dst []byte, samples []float32) []byte {
 }
 
 // decodePCM16 turns signed 16-bit little-endian PCM into samples in [-1, 1).
-func decodePCM16(raw []byte) ([]float32, error) {
+func decodePCM16(raw []byte) ([]float32, error) { return decodePCM16Into(nil, raw) }
+
+// decodePCM16Into is decodePCM16 into a buffer from pool (nil: a new one).
+func decodePCM16Into(pool *samplePool, raw []byte) ([]float32, error) {
 	if len(raw)%2 != 0 {
 		return nil, fmt.Errorf("PCM16 frame has %d bytes, not a whole number of samples", len(raw))
 	}
-	out := make([]float32, len(raw)/2)
+	out := pool.get(len(raw) / 2)
 	for i := range out {
 		out[i] = float32(int16(binary.LittleEndian.Uint16(raw[2*i:]))) / 32768
 	}

@@ -195,7 +195,8 @@ type Info struct {
 type Session interface {
 	Info() Info
 	// Send queues one chunk of media. It blocks while the send queue is full, until ctx is done or
-	// the session ends; it never blocks forever.
+	// the session ends; it never blocks forever. It keeps neither c.Audio nor c.Frames after it
+	// returns (the message is built during the call): the caller may reuse their buffers.
 	Send(ctx context.Context, c Chunk) error
 	// Ask sends one chat-mode turn (mode=chat). Replies arrive as events ending with TurnDone.
 	Ask(ctx context.Context, r ChatRequest) error
@@ -220,6 +221,16 @@ type Session interface {
 	Err() error
 	// Stats counts the session's traffic so far.
 	Stats() Stats
+}
+
+// AudioRecycler is implemented by sessions that can reuse the sample buffers of the AudioDelta
+// events they deliver. A caller done with a delta's samples (a speaker that has copied them)
+// hands them back, and a later delta is decoded into them instead of into new memory: a second
+// of reply audio a second otherwise costs a fresh 96 KB buffer, its page faults and garbage.
+// Nothing may use the samples after RecycleAudio; a caller that keeps them simply does not
+// call it.
+type AudioRecycler interface {
+	RecycleAudio(samples []float32)
 }
 
 // Stats is a session's traffic: WebSocket message payload bytes each way, and the media chunks

@@ -75,6 +75,8 @@ func (fatalSignal) event()     {}
 type session struct {
 	cfg   Config
 	codec codec
+	// audio holds reply sample buffers handed back by RecycleAudio for the codec to decode into.
+	audio *samplePool
 	conn  *websocket.Conn
 	// raw is the TCP connection under TLS and WebSocket, wire counts what is written to it.
 	raw  net.Conn
@@ -131,9 +133,11 @@ type session struct {
 }
 
 func dial(ctx context.Context, cfg Config) (Session, error) {
+	pool := &samplePool{}
 	s := &session{
 		cfg:         cfg,
-		codec:       newCodec(cfg),
+		codec:       newCodec(cfg, pool),
+		audio:       pool,
 		log:         cfg.Logger,
 		events:      make(chan Event, cfg.EventBuffer),
 		room:        make(chan struct{}),
@@ -838,6 +842,9 @@ func (s *session) Stats() Stats {
 
 func (s *session) Events() <-chan Event  { return s.events }
 func (s *session) Done() <-chan struct{} { return s.done }
+
+// RecycleAudio implements AudioRecycler.
+func (s *session) RecycleAudio(samples []float32) { s.audio.put(samples) }
 
 func (s *session) Err() error {
 	select {
