@@ -26,7 +26,8 @@ type FrameSource interface {
 
 // Speaker plays the model's speech: 24 kHz mono float32 in, whatever the device needs out.
 type Speaker interface {
-	// Play queues samples; it must not block for long.
+	// Play queues samples; it must not block for long, and must not keep samples after it
+	// returns (the agent hands their buffer back to the session for the next reply audio).
 	Play(samples []float32)
 	// FlushAfter drops queued audio beyond keep from now (0: silence at once).
 	FlushAfter(keep time.Duration)

@@ -72,8 +72,9 @@ type pendingSay struct {
 }
 
 // sentChunk records a chunk Send accepted (called by the sender under sendMu); keep bounds the
-// audio remembered for a resend.
-func (lv *live) sentChunk(c chunk, keep int) {
+// audio remembered for a resend. The audio of a chunk that leaves the list is referred to by
+// nothing else (Send keeps none of it): its buffer goes back to bufs for capture.
+func (lv *live) sentChunk(c chunk, keep int, bufs *chunkBuffers) {
 	lv.sentMu.Lock()
 	defer lv.sentMu.Unlock()
 	lv.sentN++
@@ -81,6 +82,7 @@ func (lv *live) sentChunk(c chunk, keep int) {
 	lv.sentAudio += len(c.audio)
 	for len(lv.sent) > 1 && lv.sentAudio-len(lv.sent[0].audio) >= keep {
 		lv.sentAudio -= len(lv.sent[0].audio)
+		bufs.put(lv.sent[0].audio)
 		lv.sent[0] = chunk{}
 		lv.sent = lv.sent[1:]
 	}
@@ -872,13 +874,16 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		l.lastActive = s.now()
 		s.bus.publish(TextDelta{SessionID: lv.id, Text: ev.Text})
 	case realtime.AudioDelta:
-		if lv != l.cur || ev.SampleRate <= 0 || l.cut(lv, ev.ResponseID) {
-			return
+		if lv == l.cur && ev.SampleRate > 0 && !l.cut(lv, ev.ResponseID) {
+			l.openReply(lv)
+			lv.lastDelta = time.Duration(len(ev.Samples)) * time.Second / time.Duration(ev.SampleRate)
+			s.speaker.Play(lv.toSpeakerRate(ev, s.log))
+			l.lastActive = s.now()
 		}
-		l.openReply(lv)
-		lv.lastDelta = time.Duration(len(ev.Samples)) * time.Second / time.Duration(ev.SampleRate)
-		s.speaker.Play(lv.toSpeakerRate(ev, s.log))
-		l.lastActive = s.now()
+		// Played (the speaker copies) or dropped: the session may decode later audio into these.
+		if r, ok := lv.sess.(realtime.AudioRecycler); ok {
+			r.RecycleAudio(ev.Samples)
+		}
 	case realtime.TurnDone:
 		if lv == l.cur {
 			lv.cutting = false

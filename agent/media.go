@@ -22,11 +22,7 @@ func (s *Supervisor) modelHeard() bool {
 // delivers (one device period: one wake-up; at most 100 ms, and never past the chunk's end) and
 // works through it in 20 ms steps for voice detection, barge-in and frame sampling.
 func (s *Supervisor) captureLoop(ctx context.Context) error {
-	chunkSamples := durationToSamples(s.cfg.Chunk)
-	if n := s.server.AudioFrameSamples(); n > 0 {
-		// OpenVoice's VAD judges each frame whole: send it small frames as they are captured.
-		chunkSamples = n
-	}
+	chunkSamples := s.chunkSamples()
 	framesEvery := 0
 	if s.server.Mode == realtime.ModeVideo && s.cfg.FramesPerChunk > 0 {
 		framesEvery = chunkSamples / s.cfg.FramesPerChunk
@@ -40,12 +36,12 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 	}
 	buf := make([]float32, readBlock)
 	var seq uint64
-	cur := make([]float32, 0, chunkSamples)
+	cur := s.chunkBufs.get()
 	var frames [][]byte
 	nextFrameAt := framesEvery
 	var curEpoch, curMute uint64
 	newChunk := func() {
-		cur, frames, nextFrameAt = make([]float32, 0, chunkSamples), nil, framesEvery
+		cur, frames, nextFrameAt = s.chunkBufs.get(), nil, framesEvery
 	}
 	queue := func(audio []float32, force bool) {
 		seq++
@@ -165,6 +161,55 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 	}
 }
 
+// chunkSamples is how many samples a chunk holds: cfg.Chunk, or for OpenVoice, whose VAD judges
+// each frame whole, one small frame, sent as it is captured.
+func (s *Supervisor) chunkSamples() int {
+	if n := s.server.AudioFrameSamples(); n > 0 {
+		return n
+	}
+	return durationToSamples(s.cfg.Chunk)
+}
+
+// chunkBuffers recycles the audio buffers of chunks that are done with: a chunk that has left
+// the reconnect buffer (sent, and older than what a resend would take) gives its buffer to the
+// next chunk's capture. Otherwise every chunk is a new buffer (64 KB a second at 1 s chunks):
+// fresh memory to fault in and zero, and garbage to collect. A buffer not handed back is simply
+// collected.
+type chunkBuffers struct {
+	size int
+	free chan []float32
+}
+
+// chunkBuffersKept is how many free buffers wait for capture: more than the reconnect buffer
+// holds at once (3 s by default, 30 s at most) never pile up, as capture takes one per chunk.
+const chunkBuffersKept = 8
+
+func newChunkBuffers(size int) *chunkBuffers {
+	return &chunkBuffers{size: size, free: make(chan []float32, chunkBuffersKept)}
+}
+
+// get returns an empty buffer with room for a chunk.
+func (b *chunkBuffers) get() []float32 {
+	select {
+	case buf := <-b.free:
+		return buf[:0]
+	default:
+		return make([]float32, 0, b.size)
+	}
+}
+
+// put takes back a whole chunk's buffer (a chunk cut short at a barge-in is not one) that
+// nothing refers to any more.
+func (b *chunkBuffers) put(buf []float32) {
+	if cap(buf) != b.size {
+		return
+	}
+	select {
+	case b.free <- buf:
+	default:
+	}
+}
+
 // queueChunk puts the captured audio (and frames) on the backlog.
 func (s *Supervisor) queueChunk(c chunk, framesEvery int) {
 	c.captured = s.now()
@@ -262,7 +307,7 @@ func (s *Supervisor) sendLoop(ctx context.Context) {
 		err := l.sess.Send(sctx, realtime.Chunk{ID: c.seq, Audio: c.audio, Frames: c.frames, ForceListen: c.forceListen})
 		sctx.release()
 		if err == nil {
-			l.sentChunk(c, keep)
+			l.sentChunk(c, keep, s.chunkBufs)
 			s.pacer.take(len(c.audio))
 		}
 		s.sendMu.Unlock()

@@ -82,7 +82,9 @@ type Supervisor struct {
 	now     func() time.Time
 
 	backlog *backlog
-	active  atomic.Pointer[live] // the session the sender feeds
+	// chunkBufs carries the audio buffers of chunks that are done with back to capture.
+	chunkBufs *chunkBuffers
+	active    atomic.Pointer[live] // the session the sender feeds
 	// sendMu is held by the sender from reading active to the end of Send, so switching sessions
 	// never races a chunk: every chunk goes to exactly one session, before that session's close.
 	sendMu sync.Mutex
@@ -202,6 +204,7 @@ func newSupervisor(o Options) (*Supervisor, error) {
 		s.audioHold = samplesToDuration(readBlock)
 	}
 	s.backlog = newBacklog(durationToSamples(s.idleBuffer(false)))
+	s.chunkBufs = newChunkBuffers(s.chunkSamples())
 	s.defaults = Defaults{CameraOn: true, Volume: 100, Instructions: o.Server.Init.Instructions}
 	if vc, ok := o.Speaker.(VolumeControl); ok {
 		s.defaults.Volume = vc.Volume()
