@@ -95,20 +95,38 @@ func (b *backlog) setLimit(samples int) int {
 func (b *backlog) trimLocked() int {
 	n := 0
 	for b.samples > b.limit && len(b.q) > 0 {
-		old := b.q[0]
-		b.q[0] = chunk{}
-		b.q = b.q[1:]
-		b.samples -= len(old.audio)
+		old := b.popFrontLocked()
 		if b.count {
 			b.droppedChunks++
 			b.droppedSamples += uint64(len(old.audio))
 			n++
 		}
 	}
-	if len(b.q) == 0 {
+	if len(b.q) == 0 && cap(b.q) > keptQueueCap {
 		b.q = nil // let a long queue's array go
 	}
 	return n
+}
+
+// keptQueueCap is the largest array an empty queue keeps: a live session's queue holds a chunk
+// or two, and reusing its array spares an allocation per chunk.
+const keptQueueCap = 16
+
+// popFrontLocked removes and returns the oldest chunk. A short queue moves the rest to the
+// front, so that its array is reused instead of regrown as chunks come and go; a long one (a
+// backlog draining after a reconnect) is resliced, so that draining it stays linear.
+func (b *backlog) popFrontLocked() chunk {
+	c := b.q[0]
+	if len(b.q) <= keptQueueCap {
+		n := copy(b.q, b.q[1:])
+		b.q[n] = chunk{}
+		b.q = b.q[:n]
+	} else {
+		b.q[0] = chunk{}
+		b.q = b.q[1:]
+	}
+	b.samples -= len(c.audio)
+	return c
 }
 
 // drop counts a chunk the sender discarded as too old to be worth sending.
@@ -138,10 +156,7 @@ func (b *backlog) pop(ctx context.Context) (chunk, bool) {
 	for {
 		b.mu.Lock()
 		if len(b.q) > 0 {
-			c := b.q[0]
-			b.q[0] = chunk{}
-			b.q = b.q[1:]
-			b.samples -= len(c.audio)
+			c := b.popFrontLocked()
 			more := len(b.q) > 0
 			b.mu.Unlock()
 			if more {
