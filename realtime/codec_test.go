@@ -558,3 +558,29 @@ func TestFastFrameTakesTheHotFrames(t *testing.T) {
 		}
 	}
 }
+
+// Reply deltas vary in length: a buffer handed back must serve the next delta of a similar
+// length, not only one of exactly its size, and the pool keeps only a few, none too long.
+func TestSamplePoolServesNearSizes(t *testing.T) {
+	p := &samplePool{}
+	b := p.get(OutputSampleRate * 7 / 10)
+	p.put(b)
+	if allocs := testing.AllocsPerRun(50, func() {
+		c := p.get(OutputSampleRate*7/10 + 500)
+		p.put(c)
+	}); allocs != 0 {
+		t.Errorf("a slightly longer delta after a recycled one: %.1f allocations, want 0", allocs)
+	}
+	for range 2 * maxPooledBuffers {
+		p.put(make([]float32, 10))
+	}
+	p.put(make([]float32, maxPooledSamples+1))
+	if len(p.free) != maxPooledBuffers {
+		t.Errorf("the pool keeps %d buffers, want at most %d", len(p.free), maxPooledBuffers)
+	}
+	for _, f := range p.free {
+		if cap(f) > maxPooledSamples {
+			t.Errorf("the pool kept a buffer of %d samples", cap(f))
+		}
+	}
+}

@@ -24,6 +24,7 @@ type countingConn struct {
 	net.Conn
 	sock    syscall.RawConn
 	written atomic.Uint64
+	rd      rawRead // the one reader's state (gorilla/websocket reads from one goroutine)
 }
 
 func newCountingConn(c net.Conn) *countingConn {

@@ -34,25 +34,44 @@ func socketOf(conn net.Conn) syscall.RawConn {
 	return raw
 }
 
+// rawRead is one raw read's state, kept in the conn with its callback made once: a closure per
+// read would escape to the poller and cost an allocation for every read of the socket.
+type rawRead struct {
+	p     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
+}
+
+// read is the poller's callback: false while the socket has nothing to read.
+func (r *rawRead) read(fd uintptr) bool {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false // nothing yet: wait for readiness
+		}
+		r.n, r.errno = int(n), e
+		return true
+	}
+}
+
+// Read reads with a raw system call. Like the WebSocket connection above it, it has one reader
+// at a time.
 func (c *countingConn) Read(p []byte) (int, error) {
 	if c.sock == nil || len(p) == 0 {
 		return c.Conn.Read(p)
 	}
-	var n int
-	var errno syscall.Errno
-	err := c.sock.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return false // nothing yet: wait for readiness
-			}
-			n, errno = int(r), e
-			return true
-		}
-	})
+	rd := &c.rd
+	if rd.fn == nil {
+		rd.fn = rd.read
+	}
+	rd.p, rd.n, rd.errno = p, 0, 0
+	err := c.sock.Read(rd.fn)
+	n, errno := rd.n, rd.errno
+	rd.p = nil
 	switch {
 	case err != nil:
 		return 0, c.opError("read", err)

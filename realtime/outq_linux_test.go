@@ -75,6 +75,19 @@ func TestRawSocketKeepsConnSemantics(t *testing.T) {
 		t.Fatalf("read %q, %v", buf[:n], err)
 	}
 
+	// A read of data already there allocates nothing (the poller's callback is made once).
+	one := []byte("x")
+	if allocs := testing.AllocsPerRun(20, func() {
+		if _, err := peer.Write(one); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.Read(buf); err != nil || n != 1 {
+			t.Fatalf("read %d, %v", n, err)
+		}
+	}); allocs != 0 {
+		t.Errorf("a raw read costs %.1f allocations, want 0", allocs)
+	}
+
 	// A read deadline is a timeout.
 	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 	_, err = c.Read(buf)

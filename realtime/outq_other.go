@@ -11,6 +11,9 @@ import (
 // are used.
 func socketOf(net.Conn) syscall.RawConn { return nil }
 
+// rawRead: no raw reads here.
+type rawRead struct{}
+
 func (c *countingConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	c.written.Add(uint64(n))

@@ -145,6 +145,7 @@ type samplePool struct {
 const (
 	maxPooledBuffers = 4
 	maxPooledSamples = 10 * OutputSampleRate
+	pooledSizeStep   = OutputSampleRate / 2
 )
 
 // get returns a buffer of n samples (its contents are whatever they were).
@@ -159,6 +160,11 @@ func (p *samplePool) get(n int) []float32 {
 			}
 		}
 		p.mu.Unlock()
+		if n <= maxPooledSamples {
+			// Rounded up to half a second, so that a buffer serves the next delta of a
+			// similar length instead of missing it by a few samples.
+			return make([]float32, n, (n+pooledSizeStep-1)/pooledSizeStep*pooledSizeStep)
+		}
 	}
 	return make([]float32, n)
 }
