@@ -7,7 +7,8 @@
 #   scripts/deps.sh package   what `make package` adds: dpkg-dev, mmdebstrap, the arm64 cross
 #                             compilers, qemu-user, lintian
 #   scripts/deps.sh test      everything the tests drive: the demo's and the package's groups, plus
-#                             Mosquitto, PulseAudio, espeak-ng, sox, systemd-analyze
+#                             Mosquitto, PulseAudio, espeak-ng, sox, systemd-analyze, and
+#                             numpy and websockets for `make footprint`'s Python probe
 #   scripts/deps.sh [all]     every group (`make deps`)
 set -euo pipefail
 
@@ -17,7 +18,8 @@ package=(dpkg-dev mmdebstrap gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-us
 test=("${demo[@]}" "${package[@]}"
 	mosquitto mosquitto-clients
 	pulseaudio pulseaudio-utils libasound2-plugins alsa-utils
-	espeak-ng sox systemd)
+	espeak-ng sox systemd
+	python3-numpy python3-websockets)
 
 group=${1:-all}
 case $group in
