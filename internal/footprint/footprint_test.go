@@ -27,8 +27,12 @@ import (
 //
 //   - cpu-ms/s: CPU of the omnisat process and its camera program (wait4's rusage: user +
 //     system, µs resolution, children included) of the long run minus the short run, divided
-//     by the difference in streamed seconds (chunks sent times the 1 s chunk), so that start-up
-//     and shutdown cancel out;
+//     by the difference in streamed seconds, so that start-up and shutdown cancel out. A
+//     streamed second is a second of wall time from the session's start to the status call:
+//     the microphones here are paced in real time, and a count of chunks would not do, as a
+//     chunk is cut short where speech may start over the model's reply (about one in eight
+//     with the demo WAV);
+//   - chunks/s: chunks sent per streamed second, to show those cuts;
 //   - startup-cpu-ms: CPU when omnisat printed its banner (devices open, agent built), summed
 //     over its threads and children from /proc/PID/task/*/schedstat (nanoseconds);
 //   - wakeups/s: voluntary context switches summed over /proc/PID/task/*/status of omnisat and
@@ -121,6 +125,7 @@ func BenchmarkFootprint(b *testing.B) {
 				b.ReportMetric(float64(l.privLast-l.privFirst)/1e6, "private-growth-MB")
 				b.ReportMetric(float64(l.privMax)/1e6, "private-max-MB")
 				b.ReportMetric(streamed.Seconds(), "streamed-s")
+				b.ReportMetric(float64(l.chunks-s.chunks)/streamed.Seconds(), "chunks/s")
 			}
 		})
 	}
@@ -195,7 +200,8 @@ func makeVideo(b *testing.B, path string) {
 type footprint struct {
 	cpu                 time.Duration // user+system over the process's life, children included
 	startup             time.Duration // CPU when the banner was printed
-	streamed            time.Duration // audio the agent sent
+	streamed            time.Duration // wall time from the session's start to the status call
+	chunks              uint64        // chunks the agent sent
 	wakeups             float64       // voluntary context switches a second, steady streaming
 	privFirst, privLast int64         // private memory, bytes: the first and last samples
 	privMax             int64         // and the largest
@@ -231,8 +237,10 @@ func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) f
 			}
 		}
 	}()
+	var streamFrom time.Time
 	select {
 	case <-started:
+		streamFrom = time.Now()
 	case <-time.After(60 * time.Second):
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -266,7 +274,10 @@ func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) f
 	if err != nil || resp.Status == nil {
 		b.Fatalf("status: %v %+v", err, resp)
 	}
-	fp.streamed = time.Duration(resp.Status.ChunksSent) * time.Second // the default 1 s chunks
+	fp.streamed, fp.chunks = time.Since(streamFrom), resp.Status.ChunksSent
+	if fp.chunks == 0 {
+		b.Fatalf("omnisat streamed for %v and sent no chunk", fp.streamed)
+	}
 	cmd.Process.Signal(syscall.SIGINT)
 	if err := cmd.Wait(); err != nil {
 		b.Fatalf("omnisat run: %v", err)
