@@ -80,10 +80,11 @@ func BenchmarkFootprint(b *testing.B) {
 	fileAudio := "input: file:" + wavPath + "\n  loop: true\n  output: none"
 	video := filepath.Join(dir, "cam1fps.mp4")
 	only := os.Getenv("FOOTPRINT_ONLY")
-	if only == "" || slices.Contains(strings.Split(only, ","), "floor") {
+	selected := func(row string) bool { return only == "" || slices.Contains(strings.Split(only, ","), row) }
+	if selected("floor") {
 		b.Run("floor", func(b *testing.B) { benchFloor(b, dir, short, long) })
 	}
-	if only == "" || slices.Contains(strings.Split(only, ","), "python_probe") {
+	if selected("python_probe") {
 		b.Run("python_probe", func(b *testing.B) { benchPythonProbe(b, sim, wavPath, short, long) })
 	}
 	for _, fc := range []struct {
@@ -99,7 +100,7 @@ func BenchmarkFootprint(b *testing.B) {
 		{name: "audio_alsa", mode: "audio", audio: "input: default\n  output: default", camera: "none",
 			setup: func(b *testing.B) { pacedCard(b, dir) }},
 	} {
-		if only != "" && !slices.Contains(strings.Split(only, ","), fc.name) {
+		if !selected(fc.name) {
 			continue
 		}
 		b.Run(fc.name, func(b *testing.B) {
