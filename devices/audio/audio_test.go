@@ -617,7 +617,18 @@ func TestDeviceLossAndRecovery(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `play speaker "pulse"`) {
 		t.Errorf("speaker loss error %v", err)
 	}
-	// While lost: silence at real-time pace; the speaker's queue drains in real time.
+	// While lost: silence at real-time pace; the speaker's queue drains in real time. The
+	// silence since the device last delivered comes at once, to keep the count true; it can be
+	// seconds (a stall is found after 2 s, and closing a hung stream waits up to 5 s before it
+	// is abandoned) and the reader may still be taking it when the loss is reported. The pace
+	// is measured once a tenth of a second brings less than half a second of audio.
+	for range 100 {
+		before := counted()
+		time.Sleep(100 * time.Millisecond)
+		if counted()-before < OutputRate/2 {
+			break
+		}
+	}
 	n0, t0 := counted(), time.Now()
 	spk.Play(make([]float32, InputRate/2))
 	time.Sleep(time.Second)
