@@ -112,6 +112,8 @@ type fakeServer struct {
 	inFlight int
 	commands []time.Time // when the script gave a start, stop or restart
 	n        int
+	// endAtOnce: this many of the next sessions opened end as soon as they are created.
+	endAtOnce int
 }
 
 func (fs *fakeServer) dial(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
@@ -157,7 +159,14 @@ func (fs *fakeServer) dial(ctx context.Context, cfg realtime.Config) (realtime.S
 	s := newFakeSession(id)
 	fs.mu.Lock()
 	fs.sessions = append(fs.sessions, s)
+	endNow := fs.endAtOnce > 0
+	if endNow {
+		fs.endAtOnce--
+	}
 	fs.mu.Unlock()
+	if endNow {
+		s.end(realtime.Closed{Reason: "timeout", Err: &realtime.Error{Class: realtime.ClassEnded, Code: realtime.CodeSessionClosed, Reason: "timeout", Message: "fake: ended at once"}})
+	}
 	return s, nil
 }
 

@@ -753,3 +753,69 @@ func waitCond(t *testing.T, what string, timeout time.Duration, cond func() bool
 		}
 	}
 }
+
+// A session opened ahead of a rollover that ends before the switch is a failed attempt at the
+// next session: the next try waits the backoff, growing, as after a failed dial of it. (It
+// followed at once: a server ending every next session met a dial storm while the old one ran.)
+func TestNextSessionEndingAtOnceBacksOff(t *testing.T) {
+	const backoffMin, backoffMax = 50 * time.Millisecond, 400 * time.Millisecond
+	fs := &fakeServer{}
+	sup, err := agent.NewUnchecked(agent.Options{
+		Config: agent.Config{Chunk: 250 * time.Millisecond, BackoffMin: backoffMin, BackoffMax: backoffMax,
+			ContextLimit: 1024, ContextMargin: 200, SwitchWait: time.Minute},
+		Server: realtime.Config{URL: "ws://fake/v1/realtime", Mode: realtime.ModeAudio, CloseTimeout: 50 * time.Millisecond},
+		Audio:  &periodSource{samples: make([]float32, 16000), period: 1600}, Speaker: &clockSpeaker{}, Dial: fs.dial,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	dials := func() []dialRecord {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		return slices.Clone(fs.dials)
+	}
+	waitDials := func(n int) []dialRecord {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if d := dials(); len(d) >= n {
+				return d
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d dials in 20 s, want %d", len(dials()), n)
+			}
+		}
+	}
+	waitDials(1)
+	// The first session lives past backoff_max (a useful session), then its context is full
+	// while the model is replying: the next session waits for the model to listen (switch_wait
+	// is long), and each one ends before that.
+	time.Sleep(backoffMax + 100*time.Millisecond)
+	const ending = 6
+	fs.mu.Lock()
+	fs.endAtOnce = ending
+	first := fs.sessions[0]
+	fs.mu.Unlock()
+	first.emit(realtime.TextDelta{Text: "a long answer "})
+	first.emit(realtime.MetricsUpdate{Metrics: realtime.Metrics{KVCacheLength: 1000}})
+	d := waitDials(2 + ending)
+	var g []time.Duration
+	for i := 2; i < len(d); i++ {
+		g = append(g, d[i].at.Sub(d[i-1].at))
+	}
+	t.Logf("waits between next-session dials: %v", g)
+	for i, w := range g[:ending] {
+		if w < backoffMin-time.Millisecond {
+			t.Errorf("dial %d came %v after the one before: shorter than backoff_min", i+2, w)
+		}
+	}
+	// Waits are drawn from [c/2, c] with c doubling up to backoff_max: the later ones reach
+	// backoff_max/2.
+	for i, w := range g[3:ending] {
+		if w < backoffMax/2-time.Millisecond {
+			t.Errorf("dial %d came %v after the one before: the waits do not grow toward backoff_max", i+5, w)
+		}
+	}
+}

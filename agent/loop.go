@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -662,23 +663,15 @@ func (l *loop) handleDial(dr dialResult) {
 		if l.ctx.Err() != nil {
 			return
 		}
-		rollover := dr.a.rollover.Load() && l.cur != nil
+		if dr.a.rollover.Load() && l.cur != nil {
+			l.nextFailed(dr.err, "agent: could not open the next session; the old one continues")
+			return
+		}
 		if realtime.ClassOf(dr.err) == realtime.ClassConfig {
-			if rollover { // the old session still works: keep it, try again slowly
-				l.rolloverNotBefore = s.now().Add(l.configRetryWait())
-				l.announce(failureKind(dr.err, dr.err.Error()), dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_at", l.rolloverNotBefore)
-				return
-			}
 			l.configError(dr.err)
 			return
 		}
 		l.failures++
-		if rollover {
-			wait := s.backoff(l.failures)
-			l.rolloverNotBefore = s.now().Add(wait)
-			l.announce(failureKind(dr.err, dr.err.Error()), dr.err.Error(), "agent: could not open the next session; the old one continues", "retry_in", wait)
-			return
-		}
 		l.scheduleRetry(failureKind(dr.err, dr.err.Error()), dr.err.Error())
 		return
 	}
@@ -693,6 +686,23 @@ func (l *loop) handleDial(dr dialResult) {
 		return
 	}
 	l.activate(lv)
+}
+
+// nextFailed: the session opened ahead of a rollover failed (its dial, or it ended before the
+// switch). The old session still works and is kept; the next try waits as a reconnect would:
+// slowly after a configuration error, else the growing backoff, so that a server that fails
+// or ends every next session meets growing waits, not a storm.
+func (l *loop) nextFailed(err error, msg string) {
+	s := l.s
+	if realtime.ClassOf(err) == realtime.ClassConfig {
+		l.rolloverNotBefore = s.now().Add(l.configRetryWait())
+		l.announce(failureKind(err, err.Error()), err.Error(), msg, "retry_at", l.rolloverNotBefore)
+		return
+	}
+	l.failures++
+	wait := s.backoff(l.failures)
+	l.rolloverNotBefore = s.now().Add(wait)
+	l.announce(failureKind(err, err.Error()), err.Error(), msg, "retry_in", wait)
 }
 
 // handleQueuedAhead: the session opened ahead of a rollover waits in the server's queue — on a
@@ -853,7 +863,11 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		if lv == l.next {
 			l.next = nil
 			l.retire(lv)
-			s.log.Warn("agent: the next session ended before the switch", "reason", ev.Reason)
+			var err error = errors.New("session ended: " + cmp.Or(ev.Reason, "no reason given"))
+			if ev.Err != nil {
+				err = ev.Err
+			}
+			l.nextFailed(err, "agent: the next session ended before the switch; the old one continues")
 			return
 		}
 		if lv.planned {
