@@ -45,7 +45,9 @@ import (
 // Configurations: floor (not omnisat: testdata/floor, a C program that does only the work no
 // client can skip, a timer wake-up, base64 of a second of audio and a loopback send, once a
 // second: what this machine charges for that; its figures are CPU and voluntary switches from
-// its own rusage), audio_file (audio mode, the demo WAV looped as the microphone, output none,
+// its own rusage), floor_go_plain and floor_go_quiet (not omnisat: testdata/floorgo, the floor's
+// job in Go, with a time.Ticker and net.Conn.Write, and with a timerfd and raw writes through the
+// runtime's poller: what the Go runtime adds here; measured as the floor is), audio_file (audio mode, the demo WAV looped as the microphone, output none,
 // no camera: the headline; the file hands over one 1 s chunk at a time), audio_file_100ms (the
 // same with input_latency: 100ms: blocks as a sound card's 100 ms buffer delivers them),
 // video_file_1fps (the same in video mode, plus a 1 fps 640×480 video
@@ -83,6 +85,11 @@ func BenchmarkFootprint(b *testing.B) {
 	selected := func(row string) bool { return only == "" || slices.Contains(strings.Split(only, ","), row) }
 	if selected("floor") {
 		b.Run("floor", func(b *testing.B) { benchFloor(b, dir, short, long) })
+	}
+	for _, form := range []string{"plain", "quiet"} {
+		if selected("floor_go_" + form) {
+			b.Run("floor_go_"+form, func(b *testing.B) { benchFloorGo(b, dir, form, short, long) })
+		}
 	}
 	if selected("python_probe") {
 		b.Run("python_probe", func(b *testing.B) { benchPythonProbe(b, sim, wavPath, short, long) })
@@ -386,11 +393,34 @@ func benchFloor(b *testing.B, dir string, short, long time.Duration) {
 	if out, err := exec.Command("cc", "-O2", "-Wall", "-o", bin, "testdata/floor/floor.c").CombinedOutput(); err != nil {
 		b.Fatalf("build testdata/floor: %v %s", err, out)
 	}
+	port := discardSink(b)
+	benchCommand(b, short, long, func(d time.Duration) *exec.Cmd {
+		return exec.Command(bin, port, strconv.Itoa(int(d.Seconds())))
+	})
+}
+
+// benchFloorGo reports what testdata/floorgo costs per second, measured as the floor is: the
+// floor's job in Go, written the usual way (plain) or without runtime timers and blocking-style
+// system calls (quiet), to tell what the Go runtime charges here from what omnisat does.
+func benchFloorGo(b *testing.B, dir, form string, short, long time.Duration) {
+	bin := filepath.Join(dir, "floorgo")
+	if out, err := exec.Command("go", "build", "-trimpath", "-o", bin, "./testdata/floorgo").CombinedOutput(); err != nil {
+		b.Fatalf("build testdata/floorgo: %v %s", err, out)
+	}
+	port := discardSink(b)
+	benchCommand(b, short, long, func(d time.Duration) *exec.Cmd {
+		return exec.Command(bin, port, strconv.Itoa(int(d.Seconds())), form)
+	})
+}
+
+// discardSink listens on a loopback port, reads and drops whatever comes, until the benchmark
+// ends; it returns the port.
+func discardSink(b *testing.B) string {
 	sink, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sink.Close()
+	b.Cleanup(func() { sink.Close() })
 	go func() {
 		for {
 			c, err := sink.Accept()
@@ -400,10 +430,7 @@ func benchFloor(b *testing.B, dir string, short, long time.Duration) {
 			go func() { io.Copy(io.Discard, c); c.Close() }()
 		}
 	}()
-	port := strconv.Itoa(sink.Addr().(*net.TCPAddr).Port)
-	benchCommand(b, short, long, func(d time.Duration) *exec.Cmd {
-		return exec.Command(bin, port, strconv.Itoa(int(d.Seconds())))
-	})
+	return strconv.Itoa(sink.Addr().(*net.TCPAddr).Port)
 }
 
 // benchPythonProbe reports what a Python client streaming as the MiniCPM-o project's
