@@ -25,6 +25,11 @@ type alarm struct {
 	raw  syscall.RawConn // file's, to wait for readiness
 	buf  [8]byte
 
+	// read is the poller's callback for one wait, made once (by the first wait, when the alarm
+	// has its place) so that a wait allocates nothing; readErr is what it saw.
+	read    func(fd uintptr) bool
+	readErr error
+
 	// ctx is the context the waits are cut short by: its end sets a read deadline in the past
 	// (stop undoes that). It is registered once, not at every wait: a reader keeps its context.
 	ctx  context.Context
@@ -57,21 +62,23 @@ func (a *alarm) arm(d time.Duration) error {
 
 // expired waits in the poller until the timer has expired (or a deadline cuts the wait short).
 func (a *alarm) expired() error {
-	var readErr error
-	err := a.raw.Read(func(fd uintptr) bool {
-		_, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&a.buf[0])), uintptr(len(a.buf)))
-		if errno == unix.EAGAIN {
-			return false // not yet: wait for readiness
+	if a.read == nil {
+		a.read = func(fd uintptr) bool {
+			_, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&a.buf[0])), uintptr(len(a.buf)))
+			if errno == unix.EAGAIN {
+				return false // not yet: wait for readiness
+			}
+			if errno != 0 {
+				a.readErr = errno
+			}
+			return true
 		}
-		if errno != 0 {
-			readErr = errno
-		}
-		return true
-	})
-	if err != nil {
+	}
+	a.readErr = nil
+	if err := a.raw.Read(a.read); err != nil {
 		return err
 	}
-	return readErr
+	return a.readErr
 }
 
 // wait sleeps for d or until ctx ends (ctx.Err()). It may return early with nil: the caller
