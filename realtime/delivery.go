@@ -24,7 +24,9 @@ type countingConn struct {
 	net.Conn
 	sock    syscall.RawConn
 	written atomic.Uint64
-	rd      rawRead // the one reader's state (gorilla/websocket reads from one goroutine)
+	rd      rawRead  // the one reader's state (gorilla/websocket reads from one goroutine)
+	wr      rawWrite // the writer's
+	oq      outq     // the unacknowledged-bytes query's
 }
 
 func newCountingConn(c net.Conn) *countingConn {
@@ -84,7 +86,7 @@ func (t *deliveryTracker) settleNow(wire *countingConn, deadLink time.Duration) 
 		return 0, false
 	}
 	written := wire.written.Load()
-	if unacked, ok := unackedBytes(wire.sock); ok {
+	if unacked, ok := wire.unacked(); ok {
 		t.settle(written - min(unacked, written))
 		return unacked, true
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -83,32 +84,56 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// rawWrite is one raw write's state, kept in the conn with its callback made once, as rawRead's.
+// Writes come one at a time (gorilla/websocket holds its write lock around each, control frames
+// included); the mutex makes that a guarantee rather than an assumption.
+type rawWrite struct {
+	mu    sync.Mutex
+	p     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
+}
+
+// write is the poller's callback: false while the send buffer is full.
+func (w *rawWrite) write(fd uintptr) bool {
+	for w.n < len(w.p) {
+		// MSG_NOSIGNAL: a peer gone is an error to return, never a signal.
+		r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&w.p[w.n])), uintptr(len(w.p)-w.n),
+			unix.MSG_NOSIGNAL, 0, 0)
+		switch e {
+		case 0:
+			w.n += int(r)
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false // the send buffer is full: wait until it has room
+		default:
+			w.errno = e
+			return true
+		}
+	}
+	return true
+}
+
 func (c *countingConn) Write(p []byte) (int, error) {
 	if c.sock == nil {
 		n, err := c.Conn.Write(p)
 		c.written.Add(uint64(n))
 		return n, err
 	}
-	n := 0
-	var errno syscall.Errno
-	err := c.sock.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			// MSG_NOSIGNAL: a peer gone is an error to return, never a signal.
-			r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n),
-				unix.MSG_NOSIGNAL, 0, 0)
-			switch e {
-			case 0:
-				n += int(r)
-			case unix.EINTR:
-			case unix.EAGAIN:
-				return false // the send buffer is full: wait until it has room
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
+	if len(p) == 0 {
+		return 0, nil
+	}
+	wr := &c.wr
+	wr.mu.Lock()
+	if wr.fn == nil {
+		wr.fn = wr.write
+	}
+	wr.p, wr.n, wr.errno = p, 0, 0
+	err := c.sock.Write(wr.fn)
+	n, errno := wr.n, wr.errno
+	wr.p = nil
+	wr.mu.Unlock()
 	c.written.Add(uint64(n))
 	switch {
 	case err != nil:
@@ -124,18 +149,33 @@ func (c *countingConn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
-// unackedBytes asks the kernel how many bytes written to sock the peer has not acknowledged yet
-// (SIOCOUTQ). ok is false when there is no socket or the kernel does not say.
-func unackedBytes(sock syscall.RawConn) (n uint64, ok bool) {
-	if sock == nil {
+// outq is the state of one SIOCOUTQ query, kept in the conn with its callback made once.
+type outq struct {
+	mu    sync.Mutex
+	v     int32
+	errno syscall.Errno
+	fn    func(fd uintptr)
+}
+
+func (q *outq) ask(fd uintptr) {
+	_, _, q.errno = unix.RawSyscall(unix.SYS_IOCTL, fd, unix.SIOCOUTQ, uintptr(unsafe.Pointer(&q.v)))
+}
+
+// unacked asks the kernel how many bytes written to the socket the peer has not acknowledged
+// yet (SIOCOUTQ). ok is false when there is no socket or the kernel does not say.
+func (c *countingConn) unacked() (n uint64, ok bool) {
+	if c.sock == nil {
 		return 0, false
 	}
-	var v int32
-	var errno syscall.Errno
-	if err := sock.Control(func(fd uintptr) {
-		_, _, errno = unix.RawSyscall(unix.SYS_IOCTL, fd, unix.SIOCOUTQ, uintptr(unsafe.Pointer(&v)))
-	}); err != nil || errno != 0 || v < 0 {
+	q := &c.oq
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.fn == nil {
+		q.fn = q.ask
+	}
+	q.v, q.errno = 0, 0
+	if err := c.sock.Control(q.fn); err != nil || q.errno != 0 || q.v < 0 {
 		return 0, false
 	}
-	return uint64(v), true
+	return uint64(q.v), true
 }

@@ -63,7 +63,7 @@ func TestRawSocketKeepsConnSemantics(t *testing.T) {
 	if w := c.written.Load(); w != uint64(len(msg)) {
 		t.Fatalf("written counts %d, want %d", w, len(msg))
 	}
-	if un, ok := unackedBytes(c.sock); !ok || un != 0 {
+	if un, ok := c.unacked(); !ok || un != 0 {
 		t.Fatalf("unacked after the peer read everything: %d %v", un, ok)
 	}
 
@@ -86,6 +86,21 @@ func TestRawSocketKeepsConnSemantics(t *testing.T) {
 		}
 	}); allocs != 0 {
 		t.Errorf("a raw read costs %.1f allocations, want 0", allocs)
+	}
+	// Nor does a write, or asking the kernel what the peer has not acknowledged (both once a
+	// chunk).
+	if allocs := testing.AllocsPerRun(20, func() {
+		if _, err := c.Write(one); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := peer.Read(buf); err != nil || n != 1 {
+			t.Fatalf("peer read %d, %v", n, err)
+		}
+		if _, ok := c.unacked(); !ok {
+			t.Fatal("the kernel did not say what is unacknowledged")
+		}
+	}); allocs != 0 {
+		t.Errorf("a raw write and an unacknowledged count cost %.1f allocations, want 0", allocs)
 	}
 
 	// A read deadline is a timeout.

@@ -11,8 +11,12 @@ import (
 // are used.
 func socketOf(net.Conn) syscall.RawConn { return nil }
 
-// rawRead: no raw reads here.
-type rawRead struct{}
+// rawRead, rawWrite, outq: no raw calls here.
+type (
+	rawRead  struct{}
+	rawWrite struct{}
+	outq     struct{}
+)
 
 func (c *countingConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
@@ -20,6 +24,6 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// unackedBytes: only Linux says how much of what was written the peer has acknowledged; elsewhere
+// unacked: only Linux says how much of what was written the peer has acknowledged; elsewhere
 // the session falls back to counting every chunk written within DeadLinkTimeout as unacknowledged.
-func unackedBytes(syscall.RawConn) (uint64, bool) { return 0, false }
+func (c *countingConn) unacked() (uint64, bool) { return 0, false }
