@@ -30,7 +30,9 @@ type countingConn struct {
 }
 
 func newCountingConn(c net.Conn) *countingConn {
-	return &countingConn{Conn: c, sock: socketOf(c)}
+	cc := &countingConn{Conn: c, sock: socketOf(c)}
+	cc.bindRaw()
+	return cc
 }
 
 // writtenChunk is a media chunk the writer handed to the kernel; end is the byte count on the

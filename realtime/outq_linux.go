@@ -35,8 +35,11 @@ func socketOf(conn net.Conn) syscall.RawConn {
 	return raw
 }
 
-// rawRead is one raw read's state, kept in the conn with its callback made once: a closure per
-// read would escape to the poller and cost an allocation for every read of the socket.
+// bindRaw makes the poller's callbacks once, when the conn is made: a closure per call would
+// escape to the poller and cost an allocation for every read, write and SIOCOUTQ query.
+func (c *countingConn) bindRaw() { c.rd.fn, c.wr.fn, c.oq.fn = c.rd.read, c.wr.write, c.oq.ask }
+
+// rawRead is one raw read's state, kept in the conn with its callback (see bindRaw).
 type rawRead struct {
 	p     []byte
 	n     int
@@ -66,9 +69,6 @@ func (c *countingConn) Read(p []byte) (int, error) {
 		return c.Conn.Read(p)
 	}
 	rd := &c.rd
-	if rd.fn == nil {
-		rd.fn = rd.read
-	}
 	rd.p, rd.n, rd.errno = p, 0, 0
 	err := c.sock.Read(rd.fn)
 	n, errno := rd.n, rd.errno
@@ -84,7 +84,7 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// rawWrite is one raw write's state, kept in the conn with its callback made once, as rawRead's.
+// rawWrite is one raw write's state, kept in the conn with its callback, as rawRead's.
 // Writes come one at a time (gorilla/websocket holds its write lock around each, control frames
 // included); the mutex makes that a guarantee rather than an assumption.
 type rawWrite struct {
@@ -121,14 +121,8 @@ func (c *countingConn) Write(p []byte) (int, error) {
 		c.written.Add(uint64(n))
 		return n, err
 	}
-	if len(p) == 0 {
-		return 0, nil
-	}
 	wr := &c.wr
 	wr.mu.Lock()
-	if wr.fn == nil {
-		wr.fn = wr.write
-	}
 	wr.p, wr.n, wr.errno = p, 0, 0
 	err := c.sock.Write(wr.fn)
 	n, errno := wr.n, wr.errno
@@ -149,7 +143,7 @@ func (c *countingConn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
-// outq is the state of one SIOCOUTQ query, kept in the conn with its callback made once.
+// outq is the state of one SIOCOUTQ query, kept in the conn with its callback, as rawRead's.
 type outq struct {
 	mu    sync.Mutex
 	v     int32
@@ -170,9 +164,6 @@ func (c *countingConn) unacked() (n uint64, ok bool) {
 	q := &c.oq
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.fn == nil {
-		q.fn = q.ask
-	}
 	q.v, q.errno = 0, 0
 	if err := c.sock.Control(q.fn); err != nil || q.errno != 0 || q.v < 0 {
 		return 0, false
