@@ -47,8 +47,9 @@ import (
 // second: what this machine charges for that; its figures are CPU and voluntary switches from
 // its own rusage), floor_go_plain and floor_go_quiet (not omnisat: testdata/floorgo, the floor's
 // job in Go, with a time.Ticker and net.Conn.Write, and with a timerfd and raw writes through the
-// runtime's poller: what the Go runtime adds here; measured as the floor is), audio_file (audio mode, the demo WAV looped as the microphone, output none,
-// no camera: the headline; the file hands over one 1 s chunk at a time), audio_file_100ms (the
+// runtime's poller: what the Go runtime adds here; measured as the floor is), audio_file (audio
+// mode, the demo WAV looped as the microphone, output none, no camera: the headline; the file
+// hands over one 1 s chunk at a time), audio_file_100ms (the
 // same with input_latency: 100ms: blocks as a sound card's 100 ms buffer delivers them),
 // video_file_1fps (the same in video mode, plus a 1 fps 640×480 video
 // file as the camera: one decode and one JPEG a second), audio_pulse (PortAudio microphone and
@@ -86,9 +87,12 @@ func BenchmarkFootprint(b *testing.B) {
 	if selected("floor") {
 		b.Run("floor", func(b *testing.B) { benchFloor(b, dir, short, long) })
 	}
-	for _, form := range []string{"plain", "quiet"} {
-		if selected("floor_go_" + form) {
-			b.Run("floor_go_"+form, func(b *testing.B) { benchFloorGo(b, dir, form, short, long) })
+	if selected("floor_go_plain") || selected("floor_go_quiet") {
+		floorGo := buildFloorGo(b, dir)
+		for _, form := range []string{"plain", "quiet"} {
+			if selected("floor_go_" + form) {
+				b.Run("floor_go_"+form, func(b *testing.B) { benchFloorGo(b, floorGo, form, short, long) })
+			}
 		}
 	}
 	if selected("python_probe") {
@@ -399,14 +403,20 @@ func benchFloor(b *testing.B, dir string, short, long time.Duration) {
 	})
 }
 
-// benchFloorGo reports what testdata/floorgo costs per second, measured as the floor is: the
-// floor's job in Go, written the usual way (plain) or without runtime timers and blocking-style
-// system calls (quiet), to tell what the Go runtime charges here from what omnisat does.
-func benchFloorGo(b *testing.B, dir, form string, short, long time.Duration) {
+// buildFloorGo builds testdata/floorgo into dir and returns its path.
+func buildFloorGo(b *testing.B, dir string) string {
 	bin := filepath.Join(dir, "floorgo")
 	if out, err := exec.Command("go", "build", "-trimpath", "-o", bin, "./testdata/floorgo").CombinedOutput(); err != nil {
 		b.Fatalf("build testdata/floorgo: %v %s", err, out)
 	}
+	return bin
+}
+
+// benchFloorGo reports what testdata/floorgo (bin) costs per second, measured as the floor is:
+// the floor's job in Go, written the usual way (plain) or without runtime timers and
+// blocking-style system calls (quiet), to tell what the Go runtime charges here from what
+// omnisat does.
+func benchFloorGo(b *testing.B, bin, form string, short, long time.Duration) {
 	port := discardSink(b)
 	benchCommand(b, short, long, func(d time.Duration) *exec.Cmd {
 		return exec.Command(bin, port, strconv.Itoa(int(d.Seconds())), form)
