@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -35,12 +36,49 @@ func loadAndCheck(path string, o loadOptions) (*fileConfig, error) {
 	if err != nil {
 		return nil, err
 	}
+	return c, checkLoaded(path, c)
+}
+
+// loadAndHold is loadAndCheck for run and its reloads. When the configuration names PortAudio
+// devices, PortAudio stays initialised from the check until release is called (once they are
+// open): its initialisation probes every ALSA card and plugin, which is most of a start-up's
+// CPU and loads a hundred libraries on a machine with the ALSA plugins installed, and the
+// check, the device holds and the opening would otherwise each do it again.
+func loadAndHold(path string, o loadOptions) (*fileConfig, func(), error) {
+	c, err := loadConfig(path, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	release := holdPortAudio(c.Audio)
+	if err := checkLoaded(path, c); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return c, release, nil
+}
+
+// holdPortAudio keeps PortAudio initialised until the returned function is called, when the
+// audio section names a PortAudio device ("auto" lists them too).
+func holdPortAudio(a devices.AudioConfig) func() {
+	for _, spec := range []string{a.Input, a.Output} {
+		if !strings.HasPrefix(spec, "file:") && spec != "none" {
+			if release, err := audio.Hold(); err == nil {
+				return release
+			}
+			break // the check reports why PortAudio cannot start
+		}
+	}
+	return func() {}
+}
+
+// checkLoaded runs checkResources on a loaded configuration; its warnings join the file's.
+func checkLoaded(path string, c *fileConfig) error {
 	warnings, err := checkResources(c)
 	if err != nil {
-		return nil, &configError{path: path, err: err}
+		return &configError{path: path, err: err}
 	}
 	c.warnings = append(c.warnings, warnings...)
-	return c, nil
+	return nil
 }
 
 // checkResources opens what the configuration names — secret, voice and TLS files, WAV and
@@ -209,11 +247,11 @@ func checkWAV(path string) error {
 		return err
 	}
 	defer f.Close()
-	a, err := wav.Decode(f)
+	a, err := wav.Probe(bufio.NewReader(f)) // run decodes it; checking needs no samples
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if a.Frames() == 0 {
+	if a.Frames == 0 {
 		return fmt.Errorf("%s holds no samples", path)
 	}
 	return nil

@@ -65,7 +65,13 @@ func ReadFile(path string) (Audio, error) {
 		return Audio{}, err
 	}
 	defer f.Close()
-	a, err := Decode(bufio.NewReader(f))
+	// The file's size bounds the samples: they are decoded straight into a slice of that
+	// capacity instead of one grown as they come (a fresh page costs more than the decoding).
+	var limit int64 = -1
+	if info, err := f.Stat(); err == nil && info.Mode().IsRegular() {
+		limit = info.Size()
+	}
+	a, err := decode(bufio.NewReader(f), limit)
 	if err != nil {
 		return Audio{}, fmt.Errorf("read WAV %q: %w", path, err)
 	}
@@ -74,105 +80,169 @@ func ReadFile(path string) (Audio, error) {
 
 // Decode reads PCM (8/16/24/32-bit integer) or IEEE float (32/64-bit) WAV data, plain or
 // WAVE_FORMAT_EXTENSIBLE. Unknown chunks are skipped.
-func Decode(r io.Reader) (Audio, error) {
+func Decode(r io.Reader) (Audio, error) { return decode(r, -1) }
+
+// Info is what Probe finds: the format and how many whole frames the data holds.
+type Info struct {
+	Rate, Channels, Frames int
+}
+
+// Probe checks a WAV stream as Decode does (the same errors for the same input) and counts its
+// frames, without keeping any samples: for checking a file that is decoded later.
+func Probe(r io.Reader) (Info, error) {
+	h, err := readHeader(r)
+	if err != nil {
+		return Info{}, err
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(r, h.size))
+	if err != nil {
+		return Info{}, fmt.Errorf("read samples: %w", err)
+	}
+	return Info{Rate: h.rate, Channels: h.channels, Frames: int(n / int64(h.frameBytes()))}, nil
+}
+
+// format is the format chunk and the size the data chunk claims.
+type format struct {
+	format, channels, bits, rate int
+	size                         int64
+}
+
+func (h format) frameBytes() int { return h.bits / 8 * h.channels }
+
+// decode is Decode; limit, when not negative, bounds the bytes that can follow (the file's size).
+func decode(r io.Reader, limit int64) (Audio, error) {
+	h, err := readHeader(r)
+	if err != nil {
+		return Audio{}, err
+	}
+	if limit >= 0 {
+		h.size = min(h.size, limit)
+	}
+	return decodeData(r, h, limit >= 0)
+}
+
+// readHeader reads up to the start of the data chunk and checks the format.
+func readHeader(r io.Reader) (format, error) {
 	var hdr [12]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return Audio{}, fmt.Errorf("no RIFF header: %w", err)
+		return format{}, fmt.Errorf("no RIFF header: %w", err)
 	}
 	if string(hdr[0:4]) != "RIFF" || string(hdr[8:12]) != "WAVE" {
-		return Audio{}, errors.New("not a RIFF/WAVE file")
+		return format{}, errors.New("not a RIFF/WAVE file")
 	}
-	var (
-		format, channels, bits int
-		rate                   int
-		haveFmt                bool
-	)
+	var h format
+	haveFmt := false
 	for {
 		var ch [8]byte
 		if _, err := io.ReadFull(r, ch[:]); err != nil {
 			if haveFmt {
-				return Audio{}, errors.New("no data chunk")
+				return format{}, errors.New("no data chunk")
 			}
-			return Audio{}, errors.New("no fmt chunk")
+			return format{}, errors.New("no fmt chunk")
 		}
 		id, size := string(ch[0:4]), int64(binary.LittleEndian.Uint32(ch[4:8]))
 		switch id {
 		case "fmt ":
 			if size < 16 || size > 1024 {
-				return Audio{}, fmt.Errorf("fmt chunk of %d bytes", size)
+				return format{}, fmt.Errorf("fmt chunk of %d bytes", size)
 			}
 			buf := make([]byte, size+size%2)
 			if _, err := io.ReadFull(r, buf); err != nil {
-				return Audio{}, fmt.Errorf("short fmt chunk: %w", err)
+				return format{}, fmt.Errorf("short fmt chunk: %w", err)
 			}
-			format = int(binary.LittleEndian.Uint16(buf[0:2]))
-			channels = int(binary.LittleEndian.Uint16(buf[2:4]))
-			rate = int(binary.LittleEndian.Uint32(buf[4:8]))
-			bits = int(binary.LittleEndian.Uint16(buf[14:16]))
-			if format == formatExtensible {
+			h.format = int(binary.LittleEndian.Uint16(buf[0:2]))
+			h.channels = int(binary.LittleEndian.Uint16(buf[2:4]))
+			h.rate = int(binary.LittleEndian.Uint32(buf[4:8]))
+			h.bits = int(binary.LittleEndian.Uint16(buf[14:16]))
+			if h.format == formatExtensible {
 				if size < 40 {
-					return Audio{}, errors.New("extensible fmt chunk too short")
+					return format{}, errors.New("extensible fmt chunk too short")
 				}
-				format = int(binary.LittleEndian.Uint16(buf[24:26]))
+				h.format = int(binary.LittleEndian.Uint16(buf[24:26]))
 			}
-			if channels < 1 || channels > maxChannels {
-				return Audio{}, fmt.Errorf("%d channels (want 1..%d)", channels, maxChannels)
+			if h.channels < 1 || h.channels > maxChannels {
+				return format{}, fmt.Errorf("%d channels (want 1..%d)", h.channels, maxChannels)
 			}
-			if rate < 1 || rate > maxRate {
-				return Audio{}, fmt.Errorf("sample rate %d Hz (want 1..%d)", rate, maxRate)
+			if h.rate < 1 || h.rate > maxRate {
+				return format{}, fmt.Errorf("sample rate %d Hz (want 1..%d)", h.rate, maxRate)
 			}
 			switch {
-			case format == formatPCM && (bits == 8 || bits == 16 || bits == 24 || bits == 32):
-			case format == formatFloat && (bits == 32 || bits == 64):
+			case h.format == formatPCM && (h.bits == 8 || h.bits == 16 || h.bits == 24 || h.bits == 32):
+			case h.format == formatFloat && (h.bits == 32 || h.bits == 64):
 			default:
-				return Audio{}, fmt.Errorf("unsupported encoding: format %d with %d bits", format, bits)
+				return format{}, fmt.Errorf("unsupported encoding: format %d with %d bits", h.format, h.bits)
 			}
 			haveFmt = true
 		case "data":
 			if !haveFmt {
-				return Audio{}, errors.New("data chunk before fmt chunk")
+				return format{}, errors.New("data chunk before fmt chunk")
 			}
 			if size > MaxDataBytes {
-				return Audio{}, fmt.Errorf("data chunk of %d bytes is over the %d limit", size, MaxDataBytes)
+				return format{}, fmt.Errorf("data chunk of %d bytes is over the %d limit", size, MaxDataBytes)
 			}
-			return decodeData(r, size, format, channels, bits, rate)
+			h.size = size
+			return h, nil
 		default:
 			if _, err := io.CopyN(io.Discard, r, size+size%2); err != nil {
-				return Audio{}, fmt.Errorf("short %q chunk: %w", id, err)
+				return format{}, fmt.Errorf("short %q chunk: %w", id, err)
 			}
 		}
 	}
 }
 
-func decodeData(r io.Reader, size int64, format, channels, bits, rate int) (Audio, error) {
-	width := bits / 8
-	frame := width * channels
-	// Read what is there: many writers leave a wrong size (0 or 0xFFFFFFFF) on streamed files.
-	raw, err := io.ReadAll(io.LimitReader(r, size))
-	if err != nil {
-		return Audio{}, fmt.Errorf("read samples: %w", err)
+// decodeData converts the samples a block at a time. Many writers leave a wrong size (0 or
+// 0xFFFFFFFF) on streamed files, so it reads what is there, up to h.size; sized says h.size
+// is bounded by what can follow, so the samples get a slice of that capacity at once.
+func decodeData(r io.Reader, h format, sized bool) (Audio, error) {
+	width := h.bits / 8
+	var out []float32
+	if sized {
+		out = make([]float32, 0, h.size/int64(width))
 	}
-	raw = raw[:len(raw)-len(raw)%frame]
-	out := make([]float32, len(raw)/width)
-	for i := range out {
-		b := raw[i*width:]
-		switch {
-		case format == formatFloat && bits == 32:
-			out[i] = finite(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))))
-		case format == formatFloat:
-			out[i] = finite(math.Float64frombits(binary.LittleEndian.Uint64(b)))
-		case bits == 8:
-			out[i] = (float32(b[0]) - 128) / 128
-		case bits == 16:
-			out[i] = float32(int16(binary.LittleEndian.Uint16(b))) / 32768
-		case bits == 24:
-			v := int32(uint32(b[0])<<8|uint32(b[1])<<16|uint32(b[2])<<24) >> 8
-			out[i] = float32(v) / (1 << 23)
-		default:
-			out[i] = float32(float64(int32(binary.LittleEndian.Uint32(b))) / (1 << 31))
+	var block [32 << 10]byte
+	left, have := h.size, 0
+	for left > 0 {
+		n, err := io.ReadFull(r, block[have:min(int64(len(block)), int64(have)+left)])
+		left -= int64(n)
+		have += n
+		whole := have - have%width
+		out = appendSamples(out, block[:whole], h.format, h.bits)
+		have = copy(block[:], block[whole:have])
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return Audio{}, fmt.Errorf("read samples: %w", err)
 		}
 	}
-	return Audio{Rate: rate, Channels: channels, Samples: out}, nil
+	out = out[:len(out)-len(out)%h.channels] // whole frames only
+	return Audio{Rate: h.rate, Channels: h.channels, Samples: out}, nil
+}
+
+// appendSamples converts raw little-endian samples of one width (len(raw) a multiple of it).
+func appendSamples(out []float32, raw []byte, format, bits int) []float32 {
+	width := bits / 8
+	for i := 0; i+width <= len(raw); i += width {
+		b := raw[i:]
+		var v float32
+		switch {
+		case format == formatFloat && bits == 32:
+			v = finite(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))))
+		case format == formatFloat:
+			v = finite(math.Float64frombits(binary.LittleEndian.Uint64(b)))
+		case bits == 8:
+			v = (float32(b[0]) - 128) / 128
+		case bits == 16:
+			v = float32(int16(binary.LittleEndian.Uint16(b))) / 32768
+		case bits == 24:
+			x := int32(uint32(b[0])<<8|uint32(b[1])<<16|uint32(b[2])<<24) >> 8
+			v = float32(x) / (1 << 23)
+		default:
+			v = float32(float64(int32(binary.LittleEndian.Uint32(b))) / (1 << 31))
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // finite clamps to [-1, 1] and turns NaN into silence, so a bad file cannot poison a mix.

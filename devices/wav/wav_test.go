@@ -3,9 +3,11 @@ package wav
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -109,14 +111,61 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+// Samples cut by the decoder's block boundary, a torn last frame, and a data size that is not
+// the file's (streamed writers leave a wrong one): ReadFile, Decode and Probe agree with a
+// plain reading of the bytes.
+func TestReadFileAcrossBlocks(t *testing.T) {
+	const frames = 30001 // 24-bit stereo: 180,006 bytes, samples cross every 32 KiB block
+	data := make([]byte, frames*6+4)
+	want := make([]float32, 0, frames*2)
+	for i := 0; i < frames*2; i++ {
+		v := int32(i*7919%(1<<24)) - 1<<23
+		data[3*i], data[3*i+1], data[3*i+2] = byte(v), byte(v>>8), byte(v>>16)
+		want = append(want, float32(v)/(1<<23))
+	}
+	file := wavBytes(1, 2, 48000, 24, nil, data)
+	binary.LittleEndian.PutUint32(file[40:44], 256<<20) // more than the file holds
+	path := filepath.Join(t.TempDir(), "long.wav")
+	if err := os.WriteFile(path, file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Rate != 48000 || got.Channels != 2 || !slices.Equal(got.Samples, want) {
+		t.Fatalf("ReadFile: %d Hz, %d ch, %d samples (want %d); equal: %v", got.Rate, got.Channels, len(got.Samples), len(want), slices.Equal(got.Samples, want))
+	}
+	if cap(got.Samples) > len(file)/3 {
+		t.Errorf("ReadFile's samples have capacity %d: more than the file can hold (%d)", cap(got.Samples), len(file)/3)
+	}
+	plain, err := Decode(bytes.NewReader(file))
+	if err != nil || !slices.Equal(plain.Samples, want) {
+		t.Fatalf("Decode: %v, %d samples", err, len(plain.Samples))
+	}
+	info, err := Probe(bytes.NewReader(file))
+	if err != nil || info != (Info{Rate: 48000, Channels: 2, Frames: frames}) {
+		t.Fatalf("Probe: %+v, %v", info, err)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	f.Add(wavBytes(1, 2, 44100, 16, nil, []byte{1, 2, 3, 4, 5, 6, 7, 8}))
 	f.Add(wavBytes(3, 1, 16000, 32, nil, []byte{0, 0, 0xc0, 0x7f}))
 	f.Add([]byte("RIFF\x00\x00\x00\x00WAVEdata\xff\xff\xff\xff"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, err := Decode(bytes.NewReader(data))
+		// Probe (the configuration check) and the sized decode (ReadFile) judge alike.
+		info, perr := Probe(bytes.NewReader(data))
+		sized, serr := decode(bytes.NewReader(data), int64(len(data)))
+		if fmt.Sprint(err) != fmt.Sprint(perr) || fmt.Sprint(err) != fmt.Sprint(serr) {
+			t.Fatalf("Decode: %v, Probe: %v, sized decode: %v", err, perr, serr)
+		}
 		if err != nil {
 			return
+		}
+		if info != (Info{Rate: a.Rate, Channels: a.Channels, Frames: a.Frames()}) || !slices.Equal(sized.Samples, a.Samples) {
+			t.Fatalf("Probe %+v, sized decode %d samples; Decode %d Hz %d ch %d frames", info, len(sized.Samples), a.Rate, a.Channels, a.Frames())
 		}
 		if a.Channels < 1 || len(a.Samples)%a.Channels != 0 {
 			t.Fatalf("bad audio shape: %d channels, %d samples", a.Channels, len(a.Samples))
