@@ -36,14 +36,16 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "omnisat run: "+format+"\n", a...)
 		return code
 	}
-	load := func() (*fileConfig, error) {
-		cfg, err := loadAndCheck(*path, loadOptions{simulator: *simulator, stateDir: *stateDir, getenv: env.getenv})
+	// load's release ends its hold on PortAudio (see loadAndHold): once the devices are open,
+	// or the configuration is refused.
+	load := func() (*fileConfig, func(), error) {
+		cfg, release, err := loadAndHold(*path, loadOptions{simulator: *simulator, stateDir: *stateDir, getenv: env.getenv})
 		if err == nil && *logFormat != "" {
 			cfg.Log.Format = *logFormat
 		}
-		return cfg, err
+		return cfg, release, err
 	}
-	cfg, err := load()
+	cfg, release, err := load()
 	if err != nil {
 		return fail(exitConfig, "%v", err)
 	}
@@ -58,6 +60,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		sim, err = realtimetest.Listen("127.0.0.1:0", realtimetest.Options{Dialect: realtimetest.Dialect(cfg.Server.Dialect), Workers: 2,
 			Logger: log.With("component", "simulator")})
 		if err != nil {
+			release()
 			return fail(exitFailure, "%v", err)
 		}
 		defer sim.Close()
@@ -75,9 +78,11 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 
 	sc, err := systemConfig(cfg, env, log)
 	if err != nil {
+		release()
 		return fail(exitConfig, "%v", err)
 	}
 	sys, err := satellite.Start(ctx, sc)
+	release()
 	if err != nil {
 		return fail(startExitCode(err), "%v", err)
 	}
@@ -98,13 +103,16 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		case <-hangup:
 			// The new configuration is read, checked and opened completely before the running
 			// one is touched; on any failure the running one goes on.
-			next, err := load()
+			next, release, err := load()
 			var nextSys satellite.Config
 			if err == nil {
 				if sim != nil {
 					useSimulator(next, sim)
 				}
 				nextSys, err = systemConfig(next, env, log)
+				if err != nil {
+					release()
+				}
 			}
 			if err != nil {
 				log.Error("config: reload refused; the running configuration stays", "file", *path, "err", err)
@@ -117,6 +125,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 			plan := planReload(cfg, next)
 			// Reloaded even when the file is the same: a token or voice file may have changed.
 			running, err := sys.Reload(ctx, nextSys)
+			release()
 			if running == nil {
 				return fail(exitFailure, "after reload: %v", err)
 			}

@@ -412,6 +412,55 @@ func TestListAndOpenBySelection(t *testing.T) {
 	}
 }
 
+// Listing and opening under one Hold initialise PortAudio once (each initialisation probes
+// every ALSA device and plugin); without it, every List starts and ends PortAudio again.
+func TestHoldInitialisesOnce(t *testing.T) {
+	testaudio.Start(t)
+	inits := func() int {
+		pa.mu.Lock()
+		defer pa.mu.Unlock()
+		return pa.inits
+	}
+	before := inits()
+	for range 2 {
+		if _, err := List(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := inits() - before; got != 2 {
+		t.Fatalf("two Lists without a hold: %d initialisations, want 2", got)
+	}
+	release, err := Hold()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = inits()
+	devs, err := List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := Select(devs, "default", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mic, err := OpenMicrophone(context.Background(), MicConfig{Device: in.Name, Channel: Mixdown}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	release() // twice is fine
+	if got := inits() - before; got != 0 {
+		t.Errorf("List and open under a hold: %d initialisations, want 0 beyond the hold's", got)
+	}
+	mic.Close()
+	pa.mu.Lock()
+	refs := pa.refs
+	pa.mu.Unlock()
+	if refs != 0 {
+		t.Errorf("after release and Close: %d holders of PortAudio, want 0", refs)
+	}
+}
+
 // TestMicrophoneCapture plays speech into the virtual room and finds it, intact, in what
 // Read returns at 16 kHz.
 func TestMicrophoneCapture(t *testing.T) {

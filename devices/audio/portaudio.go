@@ -101,6 +101,7 @@ var pa struct {
 	refs    int  // holders: open devices, and List while it runs
 	inited  bool // PortAudio is initialised (false after a failed rescan)
 	closing int  // stream closes under way outside mu
+	inits   int  // initialisations so far (each probes every device: see Hold)
 }
 
 // paAcquire adds a holder, initialising PortAudio for the first one.
@@ -172,6 +173,7 @@ func paInit() error {
 		return fmt.Errorf("initialise PortAudio: %w", err)
 	}
 	pa.inited = true
+	pa.inits++
 	return nil
 }
 
