@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -458,6 +460,35 @@ func TestHoldInitialisesOnce(t *testing.T) {
 	pa.mu.Unlock()
 	if refs != 0 {
 		t.Errorf("after release and Close: %d holders of PortAudio, want 0", refs)
+	}
+}
+
+// PortAudio's start opens every ALSA device and plugin; what no stream uses is unloaded again
+// (the a52 plugin alone maps libavcodec and ~90 libraries). The virtual card needs the ALSA
+// plugins package, so the probe has plugins to load here.
+func TestProbeLeavesNoPlugins(t *testing.T) {
+	testaudio.Start(t)
+	modules, _ := filepath.Glob("/usr/lib/*/alsa-lib/libasound_module_pcm_*.so")
+	if len(modules) == 0 {
+		t.Fatal("no ALSA plugin modules installed: the virtual card's pulse plugin is one")
+	}
+	release, err := Hold()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mapped []string
+	for _, line := range strings.Split(string(maps), "\n") {
+		if i := strings.Index(line, "/alsa-lib/libasound_module_"); i >= 0 && !slices.Contains(mapped, line[i:]) {
+			mapped = append(mapped, line[i:])
+		}
+	}
+	if len(mapped) > 0 {
+		t.Errorf("PortAudio initialised, no stream open: ALSA plugins still mapped: %v", mapped)
 	}
 }
 

@@ -19,8 +19,21 @@ package audio
 #include <stdlib.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <dlfcn.h>
 #include <portaudio.h>
 #include "bridge.h"
+
+// omnisatDropProbes lets ALSA unload what PortAudio's device probe loaded and no stream uses:
+// Pa_Initialize opens every ALSA device and plugin the system's configuration defines, and
+// ALSA keeps each plugin's library (the a52 encoder alone brings libavcodec and ~90 libraries,
+// ~20 MB of pages no other process may share) until its configuration is freed. Freeing it is
+// safe when no stream is open (ALSA reloads it at the next open), which is the case right after
+// Pa_Initialize. Looked up at run time: PortAudio may be built without ALSA.
+static void omnisatDropProbes(void) {
+	int (*freeGlobal)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "snd_config_update_free_global");
+	if (freeGlobal)
+		freeGlobal();
+}
 
 // omnisatQuietInit runs Pa_Initialize with stderr pointed at /dev/null: probing every ALSA
 // and JACK device prints dozens of lines ("cannot find card", "jack server is not running")
@@ -28,7 +41,9 @@ package audio
 // the return code.
 static PaError omnisatQuietInit(int quiet) {
 	if (!quiet) {
-		return Pa_Initialize();
+		PaError err = Pa_Initialize();
+		omnisatDropProbes();
+		return err;
 	}
 	fflush(stderr);
 	int saved = dup(2);
@@ -40,6 +55,7 @@ static PaError omnisatQuietInit(int quiet) {
 	}
 	dup2(null, 2);
 	PaError err = Pa_Initialize();
+	omnisatDropProbes();
 	fflush(stderr);
 	dup2(saved, 2);
 	close(saved);
