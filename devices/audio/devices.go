@@ -59,8 +59,8 @@ func List() ([]DeviceInfo, error) {
 // Hold keeps PortAudio initialised until release is called, so that listing devices and then
 // opening them costs one initialisation: PortAudio probes every device and ALSA plugin when it
 // starts (on a machine with the ALSA plugins installed, a hundred libraries and ~100 ms of CPU
-// on a small board), and without a holder each List ends by terminating it again. Calling
-// release more than once is fine.
+// on the development machine), and without a holder each List ends by terminating it again.
+// Calling release more than once is fine.
 func Hold() (release func(), err error) {
 	if err := paAcquire(); err != nil {
 		return func() {}, fmt.Errorf("initialise audio devices: %w", err)

@@ -103,8 +103,8 @@ func Probe(r io.Reader) (Info, error) {
 
 // format is the format chunk and the size the data chunk claims.
 type format struct {
-	format, channels, bits, rate int
-	size                         int64
+	encoding, channels, bits, rate int // encoding: formatPCM or formatFloat
+	size                           int64
 }
 
 func (h format) frameBytes() int { return h.bits / 8 * h.channels }
@@ -150,15 +150,15 @@ func readHeader(r io.Reader) (format, error) {
 			if _, err := io.ReadFull(r, buf); err != nil {
 				return format{}, fmt.Errorf("short fmt chunk: %w", err)
 			}
-			h.format = int(binary.LittleEndian.Uint16(buf[0:2]))
+			h.encoding = int(binary.LittleEndian.Uint16(buf[0:2]))
 			h.channels = int(binary.LittleEndian.Uint16(buf[2:4]))
 			h.rate = int(binary.LittleEndian.Uint32(buf[4:8]))
 			h.bits = int(binary.LittleEndian.Uint16(buf[14:16]))
-			if h.format == formatExtensible {
+			if h.encoding == formatExtensible {
 				if size < 40 {
 					return format{}, errors.New("extensible fmt chunk too short")
 				}
-				h.format = int(binary.LittleEndian.Uint16(buf[24:26]))
+				h.encoding = int(binary.LittleEndian.Uint16(buf[24:26]))
 			}
 			if h.channels < 1 || h.channels > maxChannels {
 				return format{}, fmt.Errorf("%d channels (want 1..%d)", h.channels, maxChannels)
@@ -167,10 +167,10 @@ func readHeader(r io.Reader) (format, error) {
 				return format{}, fmt.Errorf("sample rate %d Hz (want 1..%d)", h.rate, maxRate)
 			}
 			switch {
-			case h.format == formatPCM && (h.bits == 8 || h.bits == 16 || h.bits == 24 || h.bits == 32):
-			case h.format == formatFloat && (h.bits == 32 || h.bits == 64):
+			case h.encoding == formatPCM && (h.bits == 8 || h.bits == 16 || h.bits == 24 || h.bits == 32):
+			case h.encoding == formatFloat && (h.bits == 32 || h.bits == 64):
 			default:
-				return format{}, fmt.Errorf("unsupported encoding: format %d with %d bits", h.format, h.bits)
+				return format{}, fmt.Errorf("unsupported encoding: format %d with %d bits", h.encoding, h.bits)
 			}
 			haveFmt = true
 		case "data":
@@ -206,7 +206,7 @@ func decodeData(r io.Reader, h format, sized bool) (Audio, error) {
 		left -= int64(n)
 		have += n
 		whole := have - have%width
-		out = appendSamples(out, block[:whole], h.format, h.bits)
+		out = appendSamples(out, block[:whole], h.encoding, h.bits)
 		have = copy(block[:], block[whole:have])
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
@@ -220,15 +220,15 @@ func decodeData(r io.Reader, h format, sized bool) (Audio, error) {
 }
 
 // appendSamples converts raw little-endian samples of one width (len(raw) a multiple of it).
-func appendSamples(out []float32, raw []byte, format, bits int) []float32 {
+func appendSamples(out []float32, raw []byte, encoding, bits int) []float32 {
 	width := bits / 8
 	for i := 0; i+width <= len(raw); i += width {
 		b := raw[i:]
 		var v float32
 		switch {
-		case format == formatFloat && bits == 32:
+		case encoding == formatFloat && bits == 32:
 			v = finite(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))))
-		case format == formatFloat:
+		case encoding == formatFloat:
 			v = finite(math.Float64frombits(binary.LittleEndian.Uint64(b)))
 		case bits == 8:
 			v = (float32(b[0]) - 128) / 128
