@@ -3,6 +3,10 @@
 // as the reference), residual echo suppression, noise suppression and automatic gain, all from
 // speexdsp (Debian's libspeexdsp, the library PulseAudio's own echo-cancel module uses).
 //
+// On Linux each Processor runs speexdsp on a thread of its own, which Process hands the frames
+// to through an eventfd and waits for in the runtime's poller: no cgo call per device buffer
+// (see worker in the C part for why that matters to the Go scheduler).
+//
 // It is a cgo leaf package: the rest of omnisat stays pure Go. speexdsp was chosen over the
 // WebRTC audio-processing module because Debian ships it as a small C library with a stable
 // API (WebRTC's is C++ with an API that changes between its packaged versions), it costs about
