@@ -3,10 +3,6 @@
 // as the reference), residual echo suppression, noise suppression and automatic gain, all from
 // speexdsp (Debian's libspeexdsp, the library PulseAudio's own echo-cancel module uses).
 //
-// On Linux each Processor runs speexdsp on a thread of its own, which Process hands the frames
-// to through an eventfd and waits for in the runtime's poller: no cgo call per device buffer
-// (see worker in the C part for why that matters to the Go scheduler).
-//
 // It is a cgo leaf package: the rest of omnisat stays pure Go. speexdsp was chosen over the
 // WebRTC audio-processing module because Debian ships it as a small C library with a stable
 // API (WebRTC's is C++ with an API that changes between its packaged versions), it costs about
@@ -16,15 +12,7 @@ package aec
 
 /*
 #cgo pkg-config: speexdsp
-#include <errno.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <unistd.h>
-#ifdef __linux__
-#include <pthread.h>
-#include <signal.h>
-#include <sys/eventfd.h>
-#endif
 #include <speex/speex_echo.h>
 #include <speex/speex_preprocess.h>
 
@@ -63,78 +51,6 @@ static void process(SpeexEchoState *echo, SpeexPreprocessState *pre, int frame, 
 		speex_preprocess_run(pre, buf);
 	}
 }
-
-// A worker thread of the processor's own runs process, so that Go never makes the call: every
-// cgo call tells the Go scheduler it enters a system call, which wakes its sleeping monitor
-// thread, and one that lasts over ~40 µs (a device buffer through speexdsp does) has the
-// scheduler's only processor handed to another thread that finds nothing to do and parks
-// again: about three wake-ups per buffer. Go posts a job with a raw write to an eventfd and
-// waits for the other eventfd in its poller: two wake-ups (the worker's and Go's).
-typedef struct {
-	int job, done; // eventfds: a job posted (Go to worker, blocking), finished (worker to Go)
-	int quit;
-	SpeexEchoState *echo;
-	SpeexPreprocessState *pre;
-	int frame, frames;
-	spx_int16_t *mic, *ref, *out;
-#ifdef __linux__
-	pthread_t thread;
-#endif
-} worker;
-
-#ifdef __linux__
-static void *worker_run(void *arg) {
-	worker *w = arg;
-	sigset_t all;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL); // signals are Go's business
-	for (;;) {
-		uint64_t v;
-		if (read(w->job, &v, sizeof v) != sizeof v) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		if (__atomic_load_n(&w->quit, __ATOMIC_ACQUIRE))
-			break;
-		process(w->echo, w->pre, w->frame, w->frames, w->mic, w->ref, w->out);
-		v = 1;
-		if (write(w->done, &v, sizeof v) != sizeof v)
-			break; // cannot happen: the counter would have to reach 2^64 - 1
-	}
-	return NULL;
-}
-
-// worker_start starts a worker, or returns NULL (the caller then calls process itself).
-static worker *worker_start(void) {
-	worker *w = calloc(1, sizeof *w);
-	if (!w)
-		return NULL;
-	w->job = eventfd(0, EFD_CLOEXEC);
-	w->done = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (w->job >= 0 && w->done >= 0 && pthread_create(&w->thread, NULL, worker_run, w) == 0)
-		return w;
-	if (w->job >= 0)
-		close(w->job);
-	if (w->done >= 0)
-		close(w->done);
-	free(w);
-	return NULL;
-}
-
-// worker_stop ends the thread and frees the worker; its done eventfd belongs to Go by then.
-static void worker_stop(worker *w) {
-	__atomic_store_n(&w->quit, 1, __ATOMIC_RELEASE);
-	uint64_t v = 1;
-	if (write(w->job, &v, sizeof v) == sizeof v)
-		pthread_join(w->thread, NULL);
-	close(w->job);
-	free(w);
-}
-#else
-static worker *worker_start(void) { return NULL; }
-static void worker_stop(worker *w) { (void)w; }
-#endif
 */
 import "C"
 
@@ -142,8 +58,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"syscall"
 	"time"
 	"unsafe"
 )
@@ -235,15 +149,6 @@ type Processor struct {
 	mic, ref, out []int16
 	irBuf         unsafe.Pointer // the echo path estimate, for EchoDelay
 	ir            []int32
-	// The worker thread that runs speexdsp (nil: Process calls it itself), the eventfd it
-	// signals a finished job on (read through the runtime's poller), and what Process writes
-	// to post a job and reads the signal into.
-	w        *C.worker
-	done     *os.File
-	doneConn syscall.RawConn
-	readDone func(fd uintptr) bool
-	one      uint64
-	tick     [8]byte
 }
 
 // ErrClosed is returned by Process after Close.
@@ -285,51 +190,7 @@ func New(cfg Config) (*Processor, error) {
 		C.pp_ctl_int(p.pre, C.SPEEX_PREPROCESS_SET_ECHO_SUPPRESS, C.int(cfg.EchoSuppressDB))
 		C.pp_ctl_int(p.pre, C.SPEEX_PREPROCESS_SET_ECHO_SUPPRESS_ACTIVE, C.int(cfg.EchoSuppressActiveDB))
 	}
-	p.startWorker()
 	return p, nil
-}
-
-// startWorker starts the thread that runs speexdsp for Process (see worker in the C part).
-// Without one (not Linux, or no thread to be had), Process calls speexdsp itself.
-func (p *Processor) startWorker() {
-	w := C.worker_start()
-	if w == nil {
-		return
-	}
-	done := os.NewFile(uintptr(w.done), "aec worker") // non-blocking: read through the poller
-	rc, err := done.SyscallConn()
-	if err != nil {
-		C.worker_stop(w)
-		done.Close()
-		return
-	}
-	p.w, p.done, p.doneConn, p.one = w, done, rc, 1
-	// A raw read: an ordinary one would itself tell the scheduler it enters a system call.
-	p.readDone = func(fd uintptr) bool {
-		_, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p.tick[0])), uintptr(len(p.tick)))
-		return errno != syscall.EAGAIN
-	}
-}
-
-// stopWorker ends the worker thread; Process then calls speexdsp itself.
-func (p *Processor) stopWorker() {
-	if p.w != nil {
-		C.worker_stop(p.w)
-		p.done.Close()
-		p.w = nil
-	}
-}
-
-// runOnWorker has the worker run process on what its fields say, and waits until it has.
-func (p *Processor) runOnWorker() error {
-	_, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.w.job), uintptr(unsafe.Pointer(&p.one)), 8)
-	if errno != 0 {
-		return fmt.Errorf("aec: post to the worker: %w", errno)
-	}
-	if err := p.doneConn.Read(p.readDone); err != nil {
-		return fmt.Errorf("aec: wait for the worker: %w", err)
-	}
-	return nil
 }
 
 func boolInt(b bool) C.int {
@@ -389,17 +250,8 @@ func (p *Processor) Process(out, mic, ref []float32) error {
 		toInt16(p.ref[:k], ref)
 		buf, ref16 = p.out[:k], p.ref[:k]
 	}
-	micC, refC, outC := (*C.spx_int16_t)(unsafe.Pointer(&mic16[0])), (*C.spx_int16_t)(unsafe.Pointer(&ref16[0])),
-		(*C.spx_int16_t)(unsafe.Pointer(&p.out[0]))
-	if p.w != nil {
-		p.w.echo, p.w.pre, p.w.frame, p.w.frames = p.echo, p.pre, C.int(p.frame), C.int(n)
-		p.w.mic, p.w.ref, p.w.out = micC, refC, outC
-		if err := p.runOnWorker(); err != nil {
-			return err
-		}
-	} else {
-		C.process(p.echo, p.pre, C.int(p.frame), C.int(n), micC, refC, outC)
-	}
+	C.process(p.echo, p.pre, C.int(p.frame), C.int(n), (*C.spx_int16_t)(unsafe.Pointer(&mic16[0])),
+		(*C.spx_int16_t)(unsafe.Pointer(&ref16[0])), (*C.spx_int16_t)(unsafe.Pointer(&p.out[0])))
 	for i, v := range buf {
 		out[i] = float32(v) / 32768
 	}
@@ -453,7 +305,6 @@ func (p *Processor) Reset() {
 
 // Close frees the C state. Closing twice is fine.
 func (p *Processor) Close() {
-	p.stopWorker() // first: it may be the one using the state below
 	if p.pre != nil {
 		C.speex_preprocess_state_destroy(p.pre)
 		p.pre = nil
