@@ -18,6 +18,7 @@ import (
 	"github.com/omnisat/omnisat/devices/wav"
 	"github.com/omnisat/omnisat/internal/yamlconf"
 	"github.com/omnisat/omnisat/mqtt"
+	"github.com/omnisat/omnisat/pipeline"
 	"github.com/omnisat/omnisat/realtime"
 )
 
@@ -103,8 +104,7 @@ func checkResources(c *fileConfig) (warnings []string, err error) {
 	}
 	for _, v := range []struct{ key, path string }{{"server.ref_audio", c.Server.RefAudio}, {"server.tts_ref_audio", c.Server.TTSRefAudio}} {
 		if v.path != "" {
-			_, err := readVoice(v.path)
-			problem(v.key, err)
+			problem(v.key, checkVoice(v.path))
 		}
 	}
 
@@ -307,6 +307,23 @@ func readVoice(path string) ([]float32, error) {
 		return nil, fmt.Errorf("reference voice %s: %w", path, err)
 	}
 	return samples, nil
+}
+
+// checkVoice fails where readVoice would, without decoding or resampling the samples: run
+// reads the voice itself, and a voice may be up to maxVoiceBytes.
+func checkVoice(path string) error {
+	b, err := yamlconf.ReadFile(path, maxVoiceBytes)
+	if err != nil {
+		return fmt.Errorf("reference voice: %w", err)
+	}
+	info, err := wav.Probe(bytes.NewReader(b))
+	if err == nil {
+		_, err = pipeline.NewResampler(info.Rate, realtime.InputSampleRate)
+	}
+	if err != nil {
+		return fmt.Errorf("reference voice %s: %w", path, err)
+	}
+	return nil
 }
 
 // readSecret returns value, or the trimmed content of file when value is empty.

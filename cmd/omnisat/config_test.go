@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/devices/wav"
 	"github.com/omnisat/omnisat/internal/testaudio"
 	"github.com/omnisat/omnisat/internal/yamlconf"
 )
@@ -422,6 +423,11 @@ func TestConfigCheckOpensWhatItNames(t *testing.T) {
 	os.WriteFile(notWAV, []byte("not a WAV file"), 0o600)
 	aFile := filepath.Join(dir, "a-file")
 	os.WriteFile(aFile, nil, 0o600)
+	// A WAV file whose rate nothing resamples to 16 kHz: the check finds it without decoding.
+	oneHz := filepath.Join(dir, "one-hz.wav")
+	if err := wav.WriteFile(oneHz, wav.Audio{Rate: 1, Channels: 1, Samples: make([]float32, 4)}); err != nil {
+		t.Fatal(err)
+	}
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -448,6 +454,7 @@ func TestConfigCheckOpensWhatItNames(t *testing.T) {
 		{base + "state_dir: " + aFile + "/state\n", "state_dir: " + aFile + "/state cannot be made: " + aFile + " is a file"},
 		{strings.Replace(base, "server:\n", "server:\n  token_file: missing-token\n", 1), "server.token_file: open " + filepath.Join(dir, "missing-token") + ": no such file"},
 		{strings.Replace(base, "server:\n", "server:\n  ref_audio: "+notWAV+"\n", 1), "server.ref_audio: reference voice " + notWAV + ": not a RIFF/WAVE file"},
+		{strings.Replace(base, "server:\n", "server:\n  tts_ref_audio: "+oneHz+"\n", 1), "server.tts_ref_audio: reference voice " + oneHz + ": pipeline: cannot resample 1 Hz to 16000 Hz"},
 		{base + "mqtt:\n  broker: ssl://h:8883\n  tls:\n    ca_file: missing-ca.pem\n", "mqtt.tls.ca_file: open " + filepath.Join(dir, "missing-ca.pem") + ": no such file"},
 		{base + "mqtt:\n  broker: ssl://h:8883\n  tls:\n    ca_file: " + notWAV + "\n", "mqtt.tls.ca_file: \"" + notWAV + "\" holds no PEM certificate"},
 		{base + "mqtt:\n  broker: tcp://h:1883\n  password_file: " + fifo + "\n", "mqtt.password_file: " + fifo + " is a named pipe (FIFO)"},
