@@ -418,11 +418,7 @@ func TestListAndOpenBySelection(t *testing.T) {
 // every ALSA device and plugin); without it, every List starts and ends PortAudio again.
 func TestHoldInitialisesOnce(t *testing.T) {
 	testaudio.Start(t)
-	inits := func() int {
-		pa.mu.Lock()
-		defer pa.mu.Unlock()
-		return pa.inits
-	}
+	inits := func() int { _, n := paCounts(); return n }
 	before := inits()
 	for range 2 {
 		if _, err := List(); err != nil {
@@ -455,12 +451,16 @@ func TestHoldInitialisesOnce(t *testing.T) {
 		t.Errorf("List and open under a hold: %d initialisations, want 0 beyond the hold's", got)
 	}
 	mic.Close()
-	pa.mu.Lock()
-	refs := pa.refs
-	pa.mu.Unlock()
-	if refs != 0 {
+	if refs, _ := paCounts(); refs != 0 {
 		t.Errorf("after release and Close: %d holders of PortAudio, want 0", refs)
 	}
+}
+
+// paCounts is PortAudio's holders and initialisations so far.
+func paCounts() (refs, inits int) {
+	pa.mu.Lock()
+	defer pa.mu.Unlock()
+	return pa.refs, pa.inits
 }
 
 // PortAudio's start opens every ALSA device and plugin; what no stream uses is unloaded again
@@ -801,10 +801,7 @@ func TestOpenCloseDoesNotLeak(t *testing.T) {
 	if after := runtime.NumGoroutine(); after > before {
 		t.Errorf("%d goroutines before, %d after", before, after)
 	}
-	pa.mu.Lock()
-	refs := pa.refs
-	pa.mu.Unlock()
-	if refs != 0 {
+	if refs, _ := paCounts(); refs != 0 {
 		t.Errorf("PortAudio still held %d times", refs)
 	}
 }
