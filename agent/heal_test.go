@@ -387,6 +387,43 @@ func TestShutdownWhileQueuedBehindOurselves(t *testing.T) {
 	}
 }
 
+// The same stop, made before the agent has read the server's queue report (on a busy machine
+// the report is still in the socket when the server has queued the dial): the server holds the
+// dial in its queue all the same, so the session ahead keeps its worker until the server has
+// seen the dial leave. Here the reports never reach the agent at all.
+func TestShutdownBeforeTheQueueReportIsRead(t *testing.T) {
+	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 1, QueueUpdateInterval: 500 * time.Millisecond, LateQueueLeave: true},
+		cfg: agent.Config{TimeLimit: 1200 * time.Millisecond, TimeMargin: 400 * time.Millisecond},
+		dialWrap: func(d agent.DialFunc) agent.DialFunc {
+			return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+				cfg.OnQueue = nil // the reports stay unread
+				return d(ctx, cfg)
+			}
+		}})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if recs := h.sim.Sessions(); len(recs) > 1 && len(recs[1].QueuedPositions) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pre-opened session never queued")
+		}
+	}
+	h.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	next, err := realtime.Dial(ctx, realtime.Config{URL: h.sim.URL(), Mode: realtime.ModeAudio})
+	if err != nil {
+		t.Fatalf("the next client got no session: %v (jammed: %v)", err, h.sim.Jammed())
+	}
+	next.Close(context.Background(), "user_stop")
+	if h.sim.Jammed() {
+		t.Error("jammed: the session ahead closed before the server saw the queued dial leave")
+	}
+	if recs := h.sim.Sessions(); !recs[1].AssignedAt.IsZero() {
+		t.Errorf("the abandoned dial was given the worker")
+	}
+}
+
 // "queued position 1 of 1" is published as often as the server reports it, not more.
 func TestQueueReportedAsOftenAsTheServerSays(t *testing.T) {
 	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 1, QueueUpdateInterval: 50 * time.Millisecond}, noStart: true,

@@ -123,7 +123,10 @@ type attempt struct {
 	// The server's queue reports, while it waits there (unix nanoseconds): when it last
 	// reported, and the longest gap between two reports.
 	queuedAt, queueGap atomic.Int64
-	assigned           atomic.Bool // the queue is behind it
+	// mayQueue: its socket is open to a server that keeps a queue, so the server may hold it
+	// there before its first report has been read.
+	mayQueue atomic.Bool
+	assigned atomic.Bool // the queue is behind it
 }
 
 // queueNotice is the least wait, in the server's queue reports, before a worker may free up
@@ -134,9 +137,11 @@ const queueNotice = 3 * time.Second
 // one-worker gateway does not read from waiting clients: it notices a client that left only
 // when it next writes to it (a queue update, about every 3 s), and a worker that frees before
 // then goes to the client that left and is lost for good. So the session ahead of a queued
-// dial that was abandoned must keep its worker until then. Zero when it was not waiting.
+// dial that was abandoned must keep its worker until then. A dial whose socket is open may be
+// waiting although no report has been read (the server queued it; its report is still on the
+// way): it counts as waiting. Zero when it cannot have been waiting.
 func (a *attempt) noticedBy(now time.Time) time.Time {
-	if a.queuedAt.Load() == 0 || a.assigned.Load() {
+	if a.assigned.Load() || a.queuedAt.Load() == 0 && !a.mayQueue.Load() {
 		return time.Time{}
 	}
 	return now.Add(max(time.Duration(a.queueGap.Load()), queueNotice) + time.Second)
@@ -601,6 +606,7 @@ func (l *loop) startDial(rollover bool) {
 	if *s.cfg.CarryOver {
 		cfg.Init.Instructions = carryOver(cfg.Init.Instructions, l.history, s.cfg.CarryOverChars)
 	}
+	cfg.OnMayQueue = func() { a.mayQueue.Store(true) }
 	cfg.OnQueue = func(q realtime.QueueStatus) {
 		a.queueReport(q, s.now())
 		if ctx.Err() != nil {

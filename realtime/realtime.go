@@ -81,6 +81,11 @@ type Config struct {
 
 	// OnQueue, when set, is called from Dial's goroutine with every queue position report.
 	OnQueue func(QueueStatus)
+	// OnMayQueue, when set, is called from Dial's goroutine once the WebSocket is open, when the
+	// dialect's servers keep a queue (MiniCPM-o gateways): from then until a QueueStatus with
+	// Done, the server may be holding this client in its queue, although its first report may
+	// not have been read yet. A caller that abandons such a dial must treat it as queued.
+	OnMayQueue func()
 
 	// OpenVoiceTTSRate is the sample rate of OpenVoice's binary TTS audio (its document does not
 	// state it; the real server sends 24000). AudioDelta carries it. Default 24000.

@@ -243,6 +243,9 @@ func (s *session) setup(ctx context.Context) *Error {
 		}
 		return s.sendInit(ctx)
 	}
+	if s.cfg.OnMayQueue != nil {
+		s.cfg.OnMayQueue()
+	}
 	for {
 		ev, err := s.nextSetupEvent(ctx, nil)
 		if err != nil {
