@@ -81,10 +81,12 @@ type session struct {
 	// raw is the TCP connection under TLS and WebSocket, wire counts what is written to it.
 	raw  net.Conn
 	wire *countingConn
-	// spare is the last media message's buffer once written (mu): a second of audio is ~85 KB
-	// of JSON, and building each in a new buffer is most of what the session allocates.
-	spare []byte
-	log   interface {
+	// spares are written media messages' buffers (mu), the next chunks' messages are built in
+	// them: a second of audio is ~85 KB of JSON, and building each in a new buffer was most of
+	// what the session allocated. A few, not one: chunks often come in bursts (a chunk cut at
+	// a barge-in, the force_listen one after it), faster than the writer hands buffers back.
+	spares [][]byte
+	log    interface {
 		Debug(string, ...any)
 		Warn(string, ...any)
 	}
@@ -573,13 +575,54 @@ func (s *session) write(m outMsg) bool {
 	defer s.mu.Unlock()
 	s.inflight = nil
 	if m.media {
-		s.spare = m.data // written: the next chunk's message is built in it
+		s.keepSpare(m.data) // written: a later chunk's message is built in it
 	}
 	if m.media && !s.ended {
 		s.track.written(m.id, s.wire.written.Load(), time.Now())
 		s.track.settleNow(s.wire, s.cfg.DeadLinkTimeout)
 	}
 	return !s.ended
+}
+
+// maxSpares is how many written media buffers a session keeps for the next messages: the
+// longest burst of chunks the agent sends at once (a cut chunk, the force_listen one, the next).
+const maxSpares = 3
+
+// keepSpare keeps a written media message's buffer for a later one (mu held); when there are
+// enough, the smallest goes.
+func (s *session) keepSpare(b []byte) {
+	if len(s.spares) < maxSpares {
+		s.spares = append(s.spares, b)
+		return
+	}
+	smallest := 0
+	for i, sp := range s.spares {
+		if cap(sp) < cap(s.spares[smallest]) {
+			smallest = i
+		}
+	}
+	if cap(b) > cap(s.spares[smallest]) {
+		s.spares[smallest] = b
+	}
+}
+
+// takeSpare takes the largest kept buffer (mu held), nil when none is kept.
+func (s *session) takeSpare() []byte {
+	n := len(s.spares)
+	if n == 0 {
+		return nil
+	}
+	largest := 0
+	for i, sp := range s.spares {
+		if cap(sp) > cap(s.spares[largest]) {
+			largest = i
+		}
+	}
+	b := s.spares[largest]
+	s.spares[largest] = s.spares[n-1]
+	s.spares[n-1] = nil
+	s.spares = s.spares[:n-1]
+	return b
 }
 
 // maxRateLimitHold bounds one hold of media after a server's session.rate_limit: the server
@@ -866,8 +909,7 @@ func (s *session) Send(ctx context.Context, c Chunk) error {
 		return fmt.Errorf("send audio: a mode=chat session takes Ask, not media chunks")
 	}
 	s.mu.Lock()
-	spare := s.spare
-	s.spare = nil
+	spare := s.takeSpare()
 	s.mu.Unlock()
 	m, err := s.codec.chunk(c, s.cfg.Init, spare)
 	if err != nil {

@@ -2,11 +2,15 @@ package realtime_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"reflect"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/omnisat/omnisat/realtime"
 	"github.com/omnisat/omnisat/realtime/realtimetest"
@@ -78,5 +82,64 @@ func TestMediaChunkOneWrite(t *testing.T) {
 				t.Errorf("%d chunks went out in %d writes of more than 4 KiB, want one each", chunks, n)
 			}
 		})
+	}
+}
+
+// Chunks sent in bursts (a chunk cut at a barge-in, the force_listen one right after it) are
+// built in the buffers of messages already written, as single chunks are: a burst does not
+// allocate a new ~85 KB message (it did, when the session kept one buffer and the writer still
+// held it as the next chunk came).
+func TestChunkBurstsReuseMessageBuffers(t *testing.T) {
+	url := scriptServer(t, func(ws *websocket.Conn) {
+		_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.queue_done"}`))
+		for first := true; ; first = false {
+			_, r, err := ws.NextReader()
+			if err != nil {
+				return
+			}
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return
+			}
+			if first { // the init
+				_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created","session_id":"s"}`))
+			}
+		}
+	})
+	cfg := realtime.Config{URL: url, Mode: realtime.ModeAudio, PingInterval: 30 * time.Second, DeadLinkTimeout: time.Minute}
+	s, err := realtime.Dial(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background(), "user_stop")
+	go func() {
+		for range s.Events() {
+		}
+	}()
+	whole, cut := tone(realtime.InputSampleRate, 0.3), tone(realtime.InputSampleRate/3, 0.3)
+	sent := uint64(0)
+	burst := func() {
+		for _, a := range [][]float32{cut, whole, whole} {
+			sent++
+			send(t, s, realtime.Chunk{ID: sent, Audio: a})
+		}
+		for deadline := time.Now().Add(10 * time.Second); s.Stats().ChunksDelivered < sent; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d chunks delivered", s.Stats().ChunksDelivered, sent)
+			}
+		}
+	}
+	burst() // the first messages are new
+	burst()
+	const bursts = 30
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range bursts {
+		burst()
+	}
+	runtime.ReadMemStats(&after)
+	perBurst := (after.TotalAlloc - before.TotalAlloc) / bursts
+	t.Logf("%d bytes allocated per burst of three chunks (a whole chunk's message is ~85 KB)", perBurst)
+	if perBurst > 20<<10 {
+		t.Errorf("a burst of three chunks allocated %d bytes: new message buffers", perBurst)
 	}
 }
