@@ -1170,6 +1170,81 @@ func TestVideoFrames(t *testing.T) {
 
 // Barge-in: the user speaking while the reply plays stops it (force_listen, playback flushed);
 // with barge-in off the same audio interrupts nothing.
+// capSession records the capacity and length of every chunk's audio the agent sends.
+type capSession struct {
+	realtime.Session
+	mu         *sync.Mutex
+	caps, lens *[]int
+}
+
+func (s capSession) Send(ctx context.Context, c realtime.Chunk) error {
+	s.mu.Lock()
+	*s.caps, *s.lens = append(*s.caps, cap(c.Audio)), append(*s.lens, len(c.Audio))
+	s.mu.Unlock()
+	return s.Session.Send(ctx, c)
+}
+
+// A chunk cut short where speech may start over the reply (and the force_listen chunk after
+// it), and a chunk held open over a possible onset, are sent from whole chunk buffers, as every
+// chunk is, so that their buffers go back to capture: before, a cut chunk's buffer was clipped
+// and a held-open chunk moved into a new array, and capture allocated a new buffer at every
+// barge-in (the heap grew into fresh pages).
+func TestCutChunksKeepWholeBuffers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		chunk time.Duration
+		pause int // samples between the user's phrase and the talk over the reply
+		want  func(n, chunk int) bool
+	}{
+		// The onset sits 750 ms into a 1 s chunk: the chunk is cut just before it.
+		{"cut", time.Second, 56000, func(n, chunk int) bool { return n < chunk }},
+		// 250 ms chunks are the server's minimum: the chunk holding the onset stays open.
+		{"held_open", 250 * time.Millisecond, 26240, func(n, chunk int) bool { return n > chunk }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// The user speaks, the parrot answers, the user talks over it.
+			audio := slices.Concat(make([]float32, 4000), tone(48000, 0.3), make([]float32, tc.pause), tone(16000, 0.3), make([]float32, 16000*2))
+			var mu sync.Mutex
+			var caps, lens []int
+			h := newHarness(t, setup{audio: audio, speed: 1, sim: realtimetest.Options{ForceListenCount: -1},
+				cfg: agent.Config{Chunk: tc.chunk},
+				dialWrap: func(d agent.DialFunc) agent.DialFunc {
+					return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+						s, err := d(ctx, cfg)
+						if err != nil {
+							return nil, err
+						}
+						return capSession{Session: s, mu: &mu, caps: &caps, lens: &lens}, nil
+					}
+				}})
+			for deadline := time.Now().Add(30 * time.Second); len(h.sim.Sessions()) == 0 || len(h.sim.Sessions()[0].Audio) < len(audio)-16000; {
+				if time.Now().After(deadline) {
+					t.Fatal("the server did not get the audio within 30 s")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			h.stop()
+			mu.Lock()
+			defer mu.Unlock()
+			whole, chunk := slices.Max(caps), int(tc.chunk.Seconds()*16000)
+			odd := 0
+			for i, c := range caps {
+				if tc.want(lens[i], chunk) {
+					odd++
+				}
+				if c != whole {
+					t.Errorf("chunk %d: %d samples in a buffer of %d, not a whole chunk buffer of %d", i, lens[i], c, whole)
+				}
+			}
+			t.Logf("chunk lengths %v, every one in a buffer of %d samples", lens, whole)
+			if odd == 0 {
+				t.Fatalf("no chunk was %s", tc.name)
+			}
+		})
+	}
+}
+
 func TestBargeIn(t *testing.T) {
 	// 3 s of "user" tone, 1.64 s pause (the parrot's 3 s reply starts), then the user talks
 	// again. The second onset sits 870 ms into a 1 s chunk, so the speech is confirmed (min

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/omnisat/omnisat/realtime"
@@ -121,8 +120,10 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 				// carries force_listen at once, instead of after whatever the chunk held before.
 				if rising && !wasRising && playing && len(cur) >= realtime.MinChunkSamples {
 					at := max(realtime.MinChunkSamples, len(cur)-preRoll)
+					// The cut chunk keeps its whole buffer (what follows is copied out), so
+					// that the buffer goes back to capture once sent.
 					rest := cur[at:]
-					queue(slices.Clip(cur[:at]), false)
+					queue(cur[:at], false)
 					newChunk()
 					cur = append(cur, rest...)
 				}
@@ -176,7 +177,7 @@ func (s *Supervisor) chunkSamples() int {
 // fresh memory to fault in and zero, and garbage to collect. A buffer not handed back is simply
 // collected.
 type chunkBuffers struct {
-	size int
+	size int // capacity of each: a chunk, and what it may grow by while held open
 	free chan []float32
 }
 
@@ -186,6 +187,17 @@ const chunkBuffersKept = 8
 
 func newChunkBuffers(size int) *chunkBuffers {
 	return &chunkBuffers{size: size, free: make(chan []float32, chunkBuffersKept)}
+}
+
+// chunkBufferSize is the capacity a chunk buffer needs: a chunk, and with barge-in on the
+// most it grows while held open over a possible onset (the minimum speech, and a capture
+// step), so that such a chunk does not move into a new, larger array that capture cannot
+// take back.
+func chunkBufferSize(chunk int, bargeIn bool, minSpeech time.Duration) int {
+	if !bargeIn {
+		return chunk
+	}
+	return chunk + min(durationToSamples(minSpeech)+captureStep, chunk)
 }
 
 // get returns an empty buffer with room for a chunk.
@@ -198,8 +210,8 @@ func (b *chunkBuffers) get() []float32 {
 	}
 }
 
-// put takes back a whole chunk's buffer (a chunk cut short at a barge-in is not one) that
-// nothing refers to any more.
+// put takes back a chunk's buffer that nothing refers to any more; one that grew past the
+// buffers' size (held open longer than planned) is left to the collector.
 func (b *chunkBuffers) put(buf []float32) {
 	if cap(buf) != b.size {
 		return

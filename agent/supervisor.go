@@ -204,7 +204,7 @@ func newSupervisor(o Options) (*Supervisor, error) {
 		s.audioHold = samplesToDuration(readBlock)
 	}
 	s.backlog = newBacklog(durationToSamples(s.idleBuffer(false)))
-	s.chunkBufs = newChunkBuffers(s.chunkSamples())
+	s.chunkBufs = newChunkBuffers(chunkBufferSize(s.chunkSamples(), *s.cfg.BargeIn.Enabled, s.cfg.BargeIn.MinSpeech))
 	s.defaults = Defaults{CameraOn: true, Volume: 100, Instructions: o.Server.Init.Instructions}
 	if vc, ok := o.Speaker.(VolumeControl); ok {
 		s.defaults.Volume = vc.Volume()
