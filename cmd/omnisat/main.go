@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/omnisat/omnisat/internal/quietout"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -65,7 +67,7 @@ func main() {
 		runtime.GOMAXPROCS(serviceProcs)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	env := &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, journal: isJournal(os.Stderr, os.Getenv("JOURNAL_STREAM"))}
+	env := &cliEnv{stdout: quietout.New(os.Stdout), stderr: os.Stderr, getenv: os.Getenv, journal: isJournal(os.Stderr, os.Getenv("JOURNAL_STREAM"))}
 	code := run(ctx, os.Args[1:], env)
 	stop()
 	os.Exit(code)
