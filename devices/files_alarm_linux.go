@@ -26,9 +26,14 @@ type alarm struct {
 	buf  [8]byte
 
 	// read is the poller's callback for one wait, made once (by the first wait, when the alarm
-	// has its place) so that a wait allocates nothing; readErr is what it saw.
+	// has its place) so that a wait allocates nothing; readErr is what it saw. armed is set when
+	// the timer has just been armed: the first call then waits without reading, as the timer
+	// cannot have expired yet (a read would only find EAGAIN: one system call a block for
+	// nothing). reads counts the read calls (tests).
 	read    func(fd uintptr) bool
 	readErr error
+	armed   bool
+	reads   int
 
 	// ctx is the context the waits are cut short by: its end sets a read deadline in the past
 	// (stop undoes that). It is registered once, not at every wait: a reader keeps its context.
@@ -64,6 +69,12 @@ func (a *alarm) arm(d time.Duration) error {
 func (a *alarm) expired() error {
 	if a.read == nil {
 		a.read = func(fd uintptr) bool {
+			if a.armed {
+				// The poller reports the expiry (edge-triggered) even if it came already.
+				a.armed = false
+				return false
+			}
+			a.reads++
 			_, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&a.buf[0])), uintptr(len(a.buf)))
 			if errno == unix.EAGAIN {
 				return false // not yet: wait for readiness
@@ -104,6 +115,7 @@ func (a *alarm) wait(ctx context.Context, d time.Duration) error {
 	if err := a.arm(d); err != nil {
 		return Sleep(ctx, d)
 	}
+	a.armed = true
 	err := a.expired()
 	if err := ctx.Err(); err != nil {
 		a.arm(0) // disarmed: no stale expiry later

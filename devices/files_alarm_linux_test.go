@@ -23,3 +23,30 @@ func TestPacedSourceWaitAllocatesNothing(t *testing.T) {
 		t.Fatalf("a paced Read allocates %.1f times, want 0", allocs)
 	}
 }
+
+// A wait reads the timer once, when the poller says it expired: not also right after arming
+// it, when a read can only find nothing (one system call a block for nothing).
+func TestAlarmReadsOncePerExpiry(t *testing.T) {
+	a := newAlarm()
+	if a.file == nil {
+		t.Fatal("no timerfd")
+	}
+	defer a.file.Close()
+	ctx := context.Background()
+	const waits = 20
+	for range waits {
+		if err := a.wait(ctx, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.reads != waits {
+		t.Fatalf("%d waits read the timer %d times, want once each", waits, a.reads)
+	}
+	// An alarm armed for a nanosecond has expired before its wait begins: the poller still
+	// says so.
+	for range waits {
+		if err := a.wait(ctx, time.Nanosecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
