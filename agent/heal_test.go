@@ -360,31 +360,7 @@ func TestRolloverOnOneWorkerServer(t *testing.T) {
 // session leaves the queue first, and keeps the session's worker until the gateway (which reads
 // nothing from waiting clients) has noticed: the next client gets the worker.
 func TestShutdownWhileQueuedBehindOurselves(t *testing.T) {
-	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 1, QueueUpdateInterval: 500 * time.Millisecond, LateQueueLeave: true},
-		cfg: agent.Config{TimeLimit: 1200 * time.Millisecond, TimeMargin: 400 * time.Millisecond}})
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if recs := h.sim.Sessions(); len(recs) > 1 && len(recs[1].QueuedPositions) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pre-opened session never queued")
-		}
-	}
-	h.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	next, err := realtime.Dial(ctx, realtime.Config{URL: h.sim.URL(), Mode: realtime.ModeAudio})
-	if err != nil {
-		t.Fatalf("the next client got no session: %v (jammed: %v)", err, h.sim.Jammed())
-	}
-	next.Close(context.Background(), "user_stop")
-	if h.sim.Jammed() {
-		t.Error("jammed")
-	}
-	recs := h.sim.Sessions()
-	if !recs[1].AssignedAt.IsZero() {
-		t.Errorf("the abandoned dial was given the worker")
-	}
+	shutdownWhileQueued(t, nil)
 }
 
 // The same stop, made before the agent has read the server's queue report (on a busy machine
@@ -392,14 +368,20 @@ func TestShutdownWhileQueuedBehindOurselves(t *testing.T) {
 // dial in its queue all the same, so the session ahead keeps its worker until the server has
 // seen the dial leave. Here the reports never reach the agent at all.
 func TestShutdownBeforeTheQueueReportIsRead(t *testing.T) {
+	shutdownWhileQueued(t, func(d agent.DialFunc) agent.DialFunc {
+		return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
+			cfg.OnQueue = nil // the reports stay unread
+			return d(ctx, cfg)
+		}
+	})
+}
+
+// shutdownWhileQueued stops the agent as soon as the gateway has queued its pre-opened session
+// (dialWrap, if any, stands between the agent and its dials), then checks that the gateway is
+// not jammed and that the abandoned dial was not given the worker.
+func shutdownWhileQueued(t *testing.T, dialWrap func(agent.DialFunc) agent.DialFunc) {
 	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 1, QueueUpdateInterval: 500 * time.Millisecond, LateQueueLeave: true},
-		cfg: agent.Config{TimeLimit: 1200 * time.Millisecond, TimeMargin: 400 * time.Millisecond},
-		dialWrap: func(d agent.DialFunc) agent.DialFunc {
-			return func(ctx context.Context, cfg realtime.Config) (realtime.Session, error) {
-				cfg.OnQueue = nil // the reports stay unread
-				return d(ctx, cfg)
-			}
-		}})
+		cfg: agent.Config{TimeLimit: 1200 * time.Millisecond, TimeMargin: 400 * time.Millisecond}, dialWrap: dialWrap})
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if recs := h.sim.Sessions(); len(recs) > 1 && len(recs[1].QueuedPositions) > 0 {
 			break
