@@ -450,6 +450,17 @@ func (s *session) waitWorker() bool {
 	for {
 		select {
 		case <-w.assigned:
+			if gone == "" && s.srv.opts.LateQueueLeave {
+				// The real gateway's queue_done is its first write since the client went: it
+				// fails, whether or not the server had seen the socket end.
+				select {
+				case <-readerDone:
+					clientLeft("client_gone")
+				case <-writerDone:
+					clientLeft("client_gone")
+				default:
+				}
+			}
 			if gone != "" {
 				s.jamWorker()
 				return false
