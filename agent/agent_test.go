@@ -94,6 +94,9 @@ type setup struct {
 func newHarness(t testing.TB, su setup) *harness {
 	t.Helper()
 	h := &harness{t: t, done: make(chan error, 1)}
+	if su.sim.Logger == nil {
+		su.sim.Logger = testLogger()
+	}
 	h.sim = realtimetest.NewServer(su.sim)
 	t.Cleanup(h.sim.Close)
 	serverURL := h.sim.URL()
@@ -125,7 +128,7 @@ func newHarness(t testing.TB, su setup) *harness {
 	}
 	server := realtime.Config{URL: serverURL, Dialect: realtime.Dialect(d), Mode: mode, Model: "test-model",
 		PingInterval: 500 * time.Millisecond, DeadLinkTimeout: 8 * time.Second, DialTimeout: 5 * time.Second,
-		Init: realtime.Init{Instructions: "You are a test."}}
+		Init: realtime.Init{Instructions: "You are a test."}, Logger: testLogger()}
 	if su.server != nil {
 		su.server(&server)
 	}

@@ -117,46 +117,20 @@ func (lv *live) undelivered(ids []uint64) []chunk {
 type attempt struct {
 	cancel   context.CancelFunc
 	rollover atomic.Bool // opening the next session ahead of a planned rollover
-	// done is closed when the dial has returned and whatever it opened after being abandoned
-	// has been closed: its socket is finished.
-	done chan struct{}
-	// The server's queue reports, while it waits there (unix nanoseconds): when it last
-	// reported, and the longest gap between two reports.
-	queuedAt, queueGap atomic.Int64
-	// mayQueue: its socket is open to a server that keeps a queue, so the server may hold it
-	// there before its first report has been read.
-	mayQueue atomic.Bool
-	assigned atomic.Bool // the queue is behind it
+	// leaveWait is how long, once given up in the server's queue, it waits there for its worker
+	// to hand it back (realtime.Config.QueueLeaveWait); set before cancel.
+	leaveWait atomic.Int64
 }
 
-// queueNotice is the least wait, in the server's queue reports, before a worker may free up
-// after a queued client has left.
-const queueNotice = 3 * time.Second
+// queueLeaveWait bounds how long a dial given up in a gateway's queue waits there for a worker
+// one of our sessions is freeing, to hand it back (realtime.Config.QueueLeaveWait): closing a
+// session takes up to a flush and a goodbye, each within the close budget, and the gateway then
+// frees the worker.
+func (s *Supervisor) queueLeaveWait() time.Duration { return 2*s.closeBudget() + 2*time.Second }
 
-// noticedBy is when a gateway has surely noticed that this attempt left its queue. A real
-// one-worker gateway does not read from waiting clients: it notices a client that left only
-// when it next writes to it (a queue update, about every 3 s), and a worker that frees before
-// then goes to the client that left and is lost for good. So the session ahead of a queued
-// dial that was abandoned must keep its worker until then. A dial whose socket is open may be
-// waiting although no report has been read (the server queued it; its report is still on the
-// way): it counts as waiting. Zero when it cannot have been waiting.
-func (a *attempt) noticedBy(now time.Time) time.Time {
-	if a.assigned.Load() || a.queuedAt.Load() == 0 && !a.mayQueue.Load() {
-		return time.Time{}
-	}
-	return now.Add(max(time.Duration(a.queueGap.Load()), queueNotice) + time.Second)
-}
-
-func (a *attempt) queueReport(q realtime.QueueStatus, now time.Time) {
-	if q.Done {
-		a.assigned.Store(true)
-		return
-	}
-	t := now.UnixNano()
-	if last := a.queuedAt.Swap(t); last != 0 && t-last > a.queueGap.Load() {
-		a.queueGap.Store(t - last)
-	}
-}
+// workerFreeing is how long after a session of ours has ended its worker may still be on its way
+// back to the gateway's queue.
+const workerFreeing = 3 * time.Second
 
 // episodeQuiet is how long without a repeat ends an episode of a recurring complaint: the next
 // one is news again.
@@ -202,11 +176,10 @@ type loop struct {
 	next        *live // a ready session waiting for the moment to switch to (rollover)
 	nextReadyAt time.Time
 	dialing     *attempt
-	inflight    map[*attempt]struct{} // dials that have not returned (dialing and abandoned)
-	attempted   bool                  // a session was dialled since start: later dials are reconnects
-	failures    int                   // consecutive failures (dials, sessions that ended before they were useful)
-	retryAt     time.Time             // the next attempt after a failure
-	lastReason  string                // the configuration error last announced: say it once, then count
+	attempted   bool      // a session was dialled since start: later dials are reconnects
+	failures    int       // consecutive failures (dials, sessions that ended before they were useful)
+	retryAt     time.Time // the next attempt after a failure
+	lastReason  string    // the configuration error last announced: say it once, then count
 	// announced holds the kinds of failure said in the current run of failures (see
 	// failureKind): each is said once, then counted.
 	announced map[string]bool
@@ -217,9 +190,12 @@ type loop struct {
 	// sequential: the server queued a pre-opened session behind ours (one worker), so rollovers
 	// close the old session first.
 	sequential bool
-	// queueLeft is when the server's queue will have noticed the last queued dial we abandoned:
-	// no session of ours closes before (see attempt.noticedBy).
-	queueLeft  time.Time
+	// Our sessions' goodbyes under way (closeAsync), and when the last one finished (unix ns);
+	// endedAt: when a session of ours last ended otherwise. A dial given up in the queue then
+	// may be next in line for a worker of ours (see abandon).
+	closing    atomic.Int32
+	closedAt   atomic.Int64
+	endedAt    time.Time
 	lastActive time.Time // last speech either way (idle timeout)
 	// The server's flow-control complaints, said once per episode and counted.
 	dropEpisode, rateEpisode episode
@@ -231,7 +207,7 @@ type loop struct {
 
 func newLoop(s *Supervisor, ctx context.Context) *loop {
 	l := &loop{s: s, ctx: ctx, dialDone: make(chan dialResult, 2),
-		queuedAhead: make(chan *attempt, 1), inflight: map[*attempt]struct{}{}, wake: time.NewTimer(time.Hour)}
+		queuedAhead: make(chan *attempt, 1), wake: time.NewTimer(time.Hour)}
 	l.wake.Stop()
 	return l
 }
@@ -349,7 +325,7 @@ func (l *loop) nextDeadline(now time.Time) time.Time {
 	switch {
 	case l.next != nil:
 		consider(l.nextReadyAt.Add(s.cfg.SwitchWait))
-	case l.dialing == nil:
+	case l.dialing == nil || l.queuedNext():
 		if due := l.rolloverDue(cur, now); !due.IsZero() {
 			due = later(due, l.rolloverNotBefore)
 			if !l.rolloverSince.IsZero() {
@@ -425,48 +401,38 @@ func (l *loop) restart(reason string) {
 	l.start(reason)
 }
 
-// abandonDials gives up the dial under way and returns what to wait for before closing a
-// session: every dial not yet returned. A one-worker gateway that sees a queued client vanish
-// while the session ahead of it closes can hand its worker to the dead ticket; a queued dial is
-// therefore left completely first.
-func (l *loop) abandonDials() closeAfter {
+// abandonDials gives up the dial under way (see abandon).
+func (l *loop) abandonDials() {
 	if l.dialing != nil {
 		l.abandon(l.dialing)
 		l.dialing = nil
 	}
-	w := closeAfter{notBefore: l.queueLeft}
-	for a := range l.inflight {
-		w.dials = append(w.dials, a.done)
-	}
-	return w
 }
 
-// abandon gives a dial up; if it waited in the server's queue, sessions ahead of it keep their
-// worker until the server has noticed (see attempt.noticedBy).
+// abandon gives a dial up. A gateway that notices a queued client leave only when it next
+// writes to it gives a worker that frees meanwhile to the client that left, and loses it. When
+// that worker may be one of ours (a session of ours is open — about to be closed — or closing,
+// or has just ended), the dial does not vanish from the queue: it waits for the worker and hands
+// it straight back. A stranger's worker frees at any moment: waiting would only delay the stop.
 func (l *loop) abandon(a *attempt) {
-	a.cancel()
-	if t := a.noticedBy(l.s.now()); t.After(l.queueLeft) {
-		l.queueLeft = t
+	now := l.s.now()
+	if l.cur != nil || l.next != nil || l.closing.Load() > 0 ||
+		now.Sub(time.Unix(0, l.closedAt.Load())) < workerFreeing || now.Sub(l.endedAt) < workerFreeing {
+		a.leaveWait.Store(int64(l.s.queueLeaveWait()))
 	}
-}
-
-// closeAfter is what a session's close waits for: the dials abandoned before it have finished,
-// and the server's queue has noticed that they left.
-type closeAfter struct {
-	dials     []<-chan struct{}
-	notBefore time.Time
+	a.cancel()
 }
 
 // closeAll ends the current and the next session (not waiting).
 func (l *loop) closeAll(reason string) {
-	waits := l.abandonDials()
+	l.abandonDials()
 	l.s.sendMu.Lock()
 	l.s.active.Store(nil)
 	l.s.sendMu.Unlock()
 	for _, lv := range []*live{l.cur, l.next} {
 		if lv != nil {
 			l.finishReply(lv)
-			l.closeAsync(lv, "user_stop", waits, false)
+			l.closeAsync(lv, "user_stop", false)
 		}
 	}
 	if l.cur != nil {
@@ -499,16 +465,21 @@ func (l *loop) count(lv *live, delivered uint64) {
 	l.s.delivered.Add(n)
 }
 
-// closeAsync says goodbye to a session in the background, after what it must wait for.
-func (l *loop) closeAsync(lv *live, reason string, after closeAfter, flush bool) {
+// closeAsync says goodbye to a session in the background.
+func (l *loop) closeAsync(lv *live, reason string, flush bool) {
 	l.failSays(lv, "the session ended before the speech was finished")
 	l.retire(lv)
 	lv.planned = true
 	drain := !lv.eventsDone
 	budget := l.s.closeBudget()
+	l.closing.Add(1)
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
+		defer func() {
+			l.closedAt.Store(l.s.now().UnixNano())
+			l.closing.Add(-1)
+		}()
 		if drain {
 			// Nobody reads its events any more: drain them, so its reader never waits on us.
 			l.wg.Add(1)
@@ -517,20 +488,6 @@ func (l *loop) closeAsync(lv *live, reason string, after closeAfter, flush bool)
 				for range lv.sess.Events() {
 				}
 			}()
-		}
-		if len(after.dials) > 0 {
-			limit := time.NewTimer(budget)
-			for _, w := range after.dials {
-				select {
-				case <-w:
-				case <-limit.C:
-				}
-			}
-			limit.Stop()
-		}
-		if wait := time.Until(after.notBefore); wait > 0 {
-			l.s.log.Info("agent: keeping the session until the server's queue has seen our dial leave", "wait", wait.Round(time.Millisecond))
-			time.Sleep(wait)
 		}
 		began := time.Now()
 		if flush {
@@ -596,19 +553,18 @@ func (l *loop) connect(rollover bool) {
 
 func (l *loop) startDial(rollover bool) {
 	s := l.s
-	ctx, cancel := context.WithCancel(l.ctx)
-	a := &attempt{cancel: cancel, done: make(chan struct{})}
+	// Only abandon ends a dial (the shutdown too): it first decides how the dial leaves a queue.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(l.ctx))
+	a := &attempt{cancel: cancel}
 	a.rollover.Store(rollover)
 	l.dialing = a
-	l.inflight[a] = struct{}{}
 	cfg := s.server
 	cfg.Init.Instructions = s.currentInstructions()
 	if *s.cfg.CarryOver {
 		cfg.Init.Instructions = carryOver(cfg.Init.Instructions, l.history, s.cfg.CarryOverChars)
 	}
-	cfg.OnMayQueue = func() { a.mayQueue.Store(true) }
+	cfg.QueueLeaveWait = func() time.Duration { return time.Duration(a.leaveWait.Load()) }
 	cfg.OnQueue = func(q realtime.QueueStatus) {
-		a.queueReport(q, s.now())
 		if ctx.Err() != nil {
 			return // abandoned: nothing to say
 		}
@@ -641,7 +597,6 @@ func (l *loop) startDial(rollover bool) {
 			cancel()
 			sess, err = nil, ctx.Err()
 		}
-		close(a.done)
 		select {
 		case l.dialDone <- dialResult{a: a, sess: sess, err: err}:
 		case <-l.ctx.Done():
@@ -656,10 +611,9 @@ func (l *loop) startDial(rollover bool) {
 
 func (l *loop) handleDial(dr dialResult) {
 	s := l.s
-	delete(l.inflight, dr.a)
 	if dr.a != l.dialing { // abandoned or superseded
 		if dr.sess != nil {
-			l.closeAsync(&live{sess: dr.sess}, "user_stop", closeAfter{}, false)
+			l.closeAsync(&live{sess: dr.sess}, "user_stop", false)
 		}
 		return
 	}
@@ -683,7 +637,7 @@ func (l *loop) handleDial(dr dialResult) {
 	}
 	lv := l.adopt(dr.sess)
 	if !l.want {
-		l.closeAsync(lv, "user_stop", closeAfter{}, false)
+		l.closeAsync(lv, "user_stop", false)
 		return
 	}
 	if dr.a.rollover.Load() && l.cur != nil {
@@ -712,8 +666,8 @@ func (l *loop) nextFailed(err error, msg string) {
 }
 
 // handleQueuedAhead: the session opened ahead of a rollover waits in the server's queue — on a
-// one-worker server, behind our own session, until that one reaches the server's limit. Leave
-// the queue and roll over sequentially from now on.
+// one-worker server, behind our own session, until that one ends. It stays there and becomes the
+// next session when ours closes (see rollover); later rollovers close the old session first.
 func (l *loop) handleQueuedAhead(a *attempt) {
 	if !a.rollover.Load() || l.sequential {
 		return
@@ -724,13 +678,12 @@ func (l *loop) handleQueuedAhead(a *attempt) {
 	l.s.log.Info("agent: the next session was queued behind ours (a one-worker server?); " +
 		"rollovers close the old session first from now on")
 	l.sequential = true
-	if a != l.dialing || l.cur == nil {
-		return // nothing ahead of it to leave: it is simply the next session now
-	}
-	l.abandon(a)
-	l.dialing = nil // stays in inflight until its dial has returned
-	// The old session keeps its worker, and the audio, until the queue has seen us leave.
-	l.rolloverNotBefore = later(l.rolloverNotBefore, l.queueLeft)
+}
+
+// queuedNext reports whether the dial under way is a rollover's pre-opened session that waits in
+// the server's queue behind ours: closing ours gives it the worker.
+func (l *loop) queuedNext() bool {
+	return l.dialing != nil && l.sequential && l.dialing.rollover.Load()
 }
 
 // adopt takes a new session in: the loop reads its events while it is current or next.
@@ -754,7 +707,7 @@ func (l *loop) activate(lv *live) {
 	}
 	if old != nil {
 		l.finishReply(old)
-		l.closeAsync(old, "user_stop", closeAfter{notBefore: l.queueLeft}, true)
+		l.closeAsync(old, "user_stop", true)
 	} else if oldest := s.backlog.oldest(); !oldest.IsZero() {
 		s.lag.catchUp(now, now.Sub(oldest))
 	}
@@ -866,6 +819,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 	s := l.s
 	switch ev := ev.(type) {
 	case realtime.Closed:
+		l.endedAt = s.now()
 		if lv == l.next {
 			l.next = nil
 			l.retire(lv)
@@ -1205,7 +1159,7 @@ func (l *loop) needRollover(lv *live, now time.Time) bool {
 func (l *loop) rollover(now time.Time) {
 	s := l.s
 	cur := l.cur
-	if l.next != nil || l.dialing != nil {
+	if l.next != nil || l.dialing != nil && !l.queuedNext() {
 		return
 	}
 	if !cur.judged && !l.judge(cur) {
@@ -1221,25 +1175,32 @@ func (l *loop) rollover(now time.Time) {
 		l.startDial(true)
 		return
 	}
-	// Sequential: close at a listening moment (at most switch_wait later), then open the next.
+	// Sequential: close at a listening moment (at most switch_wait later), then open the next,
+	// unless it waits in the server's queue already: closing ours gives it the worker.
 	if l.rolloverSince.IsZero() {
 		l.rolloverSince = now
 	}
 	if !l.modelIdle() && now.Sub(l.rolloverSince) < s.cfg.SwitchWait {
 		return
 	}
-	waits := l.abandonDials()
+	queued := l.dialing
 	s.sendMu.Lock()
 	s.active.Store(nil)
 	l.cur = nil
 	s.sendMu.Unlock()
 	s.backlog.setLimit(durationToSamples(s.gapBuffer()))
 	l.finishReply(cur)
-	l.closeAsync(cur, "user_stop", waits, true)
+	l.closeAsync(cur, "user_stop", true)
 	l.rollovers++
 	l.rolloverSince = time.Time{}
 	s.bus.publish(Lifecycle{Kind: "rollover", SessionID: cur.id, Reason: l.rolloverReason(cur), At: now})
-	l.connect(true)
+	if queued == nil {
+		l.connect(true)
+		return
+	}
+	// It is the session's dial now: its queue reports and its end are the session's.
+	queued.rollover.Store(false)
+	s.setState(StateConnecting, "", func(st *Status) { st.NextAttempt = time.Time{}; l.counters(st) })
 }
 
 func (l *loop) rolloverReason(lv *live) string {
@@ -1292,7 +1253,7 @@ func (l *loop) shutdown() {
 	go func() { l.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(2*l.s.closeBudget() + max(0, time.Until(l.queueLeft)) + time.Second):
+	case <-time.After(l.s.queueLeaveWait() + l.s.closeBudget() + time.Second):
 		l.s.log.Warn("agent: sessions did not close in time")
 	}
 }

@@ -81,11 +81,14 @@ type Config struct {
 
 	// OnQueue, when set, is called from Dial's goroutine with every queue position report.
 	OnQueue func(QueueStatus)
-	// OnMayQueue, when set, is called from Dial's goroutine once the WebSocket is open, when the
-	// dialect's servers keep a queue (MiniCPM-o gateways): from then until a QueueStatus with
-	// Done, the server may be holding this client in its queue, although its first report may
-	// not have been read yet. A caller that abandons such a dial must treat it as queued.
-	OnMayQueue func()
+	// QueueLeaveWait, when set, is asked when the dial is given up (ctx ends) while a MiniCPM-o
+	// gateway may hold it in its queue: how long to stay there for the worker, to hand it
+	// straight back with session.close, before leaving anyway. The real gateway does not read
+	// from queued clients; it notices one that left only when it next writes to it (a queue
+	// update, about every 3 s), and a worker that frees before then goes to the client that left
+	// and is lost until the gateway restarts. Worth waiting for when the worker about to free is
+	// the caller's own (a session it is closing); nil or ≤ 0 leaves at once.
+	QueueLeaveWait func() time.Duration
 
 	// OpenVoiceTTSRate is the sample rate of OpenVoice's binary TTS audio (its document does not
 	// state it; the real server sends 24000). AudioDelta carries it. Default 24000.

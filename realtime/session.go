@@ -130,6 +130,9 @@ type session struct {
 	// created is set by the read loop when session.created arrives, before anything after it is
 	// handled: a refusal of init is judged against it, not against Dial having caught up.
 	created atomic.Bool
+	// leaveBy is, once Dial's caller has given up, until when the dial may stay in the server's
+	// queue for its worker (zero: leave at once); asked once, when first needed.
+	leaveBy func() time.Time
 
 	wg sync.WaitGroup
 }
@@ -148,6 +151,7 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 		closeCalled: make(chan struct{}),
 		info:        Info{Dialect: cfg.Dialect, Mode: cfg.Mode},
 	}
+	s.leaveBy = sync.OnceValue(s.queueLeaveDeadline)
 	netDial := cfg.netDial
 	if netDial == nil {
 		netDial = (&net.Dialer{}).DialContext
@@ -179,7 +183,17 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 	if cfg.Token != "" {
 		header.Set("Authorization", "Bearer "+cfg.Token)
 	}
-	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	// A gateway may queue the client as soon as it has answered the handshake: a dial given up
+	// then must not vanish by cutting the handshake short when it is to wait for its worker.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.DialTimeout)
+	givingUp := context.AfterFunc(ctx, func() {
+		if by := s.leaveBy(); by.IsZero() {
+			cancel()
+		} else {
+			time.AfterFunc(time.Until(by), cancel)
+		}
+	})
+	defer givingUp()
 	conn, resp, err := dialer.DialContext(dctx, cfg.endpoint(), header)
 	cancel()
 	if resp != nil && resp.Body != nil {
@@ -245,12 +259,12 @@ func (s *session) setup(ctx context.Context) *Error {
 		}
 		return s.sendInit(ctx)
 	}
-	if s.cfg.OnMayQueue != nil {
-		s.cfg.OnMayQueue()
-	}
 	for {
 		ev, err := s.nextSetupEvent(ctx, nil)
 		if err != nil {
+			if ctx.Err() != nil {
+				s.leaveQueue()
+			}
 			return err
 		}
 		if q, ok := ev.(queueSignal); ok {
@@ -264,10 +278,68 @@ func (s *session) setup(ctx context.Context) *Error {
 		}
 		s.log.Debug("realtime: ignoring event before queue_done", "event", fmt.Sprintf("%T", ev))
 	}
+	if ctx.Err() != nil { // given up as the worker came: hand it back before starting anything
+		s.handBack()
+		return s.givenUp(ctx)
+	}
 	if err := s.sendInit(ctx); err != nil {
 		return err
 	}
-	return s.awaitCreated(ctx)
+	err := s.awaitCreated(ctx)
+	if err != nil && ctx.Err() != nil {
+		s.handBack() // the worker has begun a session for us: end it politely
+	}
+	return err
+}
+
+// queueLeaveDeadline asks the caller, as it gives the dial up, how long to stay in the queue.
+func (s *session) queueLeaveDeadline() time.Time {
+	if !s.codec.queued() || s.cfg.QueueLeaveWait == nil {
+		return time.Time{}
+	}
+	wait := s.cfg.QueueLeaveWait()
+	if wait <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(wait)
+}
+
+// leaveQueue is how a dial given up in the queue phase leaves (see Config.QueueLeaveWait): it
+// waits for its worker and hands it back with session.close, or leaves when the wait is over.
+// Until the server's first queue message it may be queued or assigned: it waits as well.
+func (s *session) leaveQueue() {
+	by := s.leaveBy()
+	if by.IsZero() || s.isDone() {
+		return
+	}
+	limit := time.NewTimer(time.Until(by))
+	defer limit.Stop()
+	for {
+		select {
+		case ev, ok := <-s.events:
+			if !ok {
+				return
+			}
+			if _, closed := ev.(Closed); closed {
+				return
+			}
+			if q, isQueue := ev.(queueSignal); isQueue && q.status.Done {
+				s.handBack()
+				return
+			}
+		case <-limit.C:
+			s.log.Warn("realtime: gave up waiting in the server's queue to hand the worker back; leaving: " +
+				"a gateway that has not noticed may give its next free worker to this gone client")
+			return
+		}
+	}
+}
+
+// handBack closes a session that has its worker but was never handed to the caller.
+func (s *session) handBack() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CloseTimeout)
+	defer cancel()
+	s.Close(ctx, "user_stop")
 }
 
 func (s *session) sendInit(ctx context.Context) *Error {
@@ -330,9 +402,14 @@ func (s *session) nextSetupEvent(ctx context.Context, deadline <-chan time.Time)
 			e.Err = ctx.Err()
 			return nil, e
 		}
-		return nil, &Error{Class: ClassRetryable, Code: CodeDial, Err: ctx.Err(),
-			Message: fmt.Sprintf("set up session at %s: %v", s.cfg.redactedEndpoint(), ctx.Err())}
+		return nil, s.givenUp(ctx)
 	}
+}
+
+// givenUp is the error of a set-up the caller gave up.
+func (s *session) givenUp(ctx context.Context) *Error {
+	return &Error{Class: ClassRetryable, Code: CodeDial, Err: ctx.Err(),
+		Message: fmt.Sprintf("set up session at %s: %v", s.cfg.redactedEndpoint(), ctx.Err())}
 }
 
 // initTimeout explains an unanswered init. The likeliest cause is a server of the other dialect

@@ -647,3 +647,86 @@ func TestPingOnlyWhenServerSilent(t *testing.T) {
 		t.Errorf("a server that spoke every 10 ms got %d pings in %v", n, run)
 	}
 }
+
+// A dial given up in a one-worker gateway's queue, on a gateway that notices a queued client
+// leave only when it next writes to it (here: never, before the worker frees). With a wait, the
+// dial stays for the worker and hands it straight back; without one it leaves at once, and a
+// worker freed before the gateway notices is lost (what the wait is for).
+func TestDialGivenUpInTheQueue(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		wait   time.Duration
+		jammed bool
+	}{
+		{"waits for the worker and hands it back", 10 * time.Second, false},
+		{"leaves at once", 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := strictServer(t, realtimetest.Options{Workers: 1, LateQueueLeave: true, QueueUpdateInterval: time.Hour})
+			first := dial(t, fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio))
+			cfg := fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio)
+			cfg.QueueLeaveWait = func() time.Duration { return tt.wait }
+			ctx, cancel := context.WithCancel(context.Background())
+			cfg.OnQueue = func(q realtime.QueueStatus) {
+				if !q.Done {
+					cancel() // given up as soon as it is queued
+				}
+			}
+			got := make(chan error, 1)
+			go func() {
+				s, err := realtime.Dial(ctx, cfg)
+				if s != nil {
+					s.Close(context.Background(), "user_stop")
+				}
+				got <- err
+			}()
+			<-ctx.Done()
+			if tt.wait == 0 {
+				if err := <-got; err == nil {
+					t.Fatal("a dial given up returned a session")
+				}
+			}
+			first.Close(context.Background(), "user_stop") // the worker frees
+			if tt.wait > 0 {
+				if err := <-got; !errors.Is(err, context.Canceled) {
+					t.Fatalf("Dial: %v; want the caller's cancellation", err)
+				}
+			}
+			rec, err := srv.WaitEnded(context.Background(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if srv.Jammed() != tt.jammed {
+				t.Fatalf("jammed %v, want %v (the dial's record: %+v)", srv.Jammed(), tt.jammed, rec.EndReason)
+			}
+			if tt.jammed {
+				return
+			}
+			if rec.AssignedAt.IsZero() || rec.CloseReason != "user_stop" || rec.Init.Type != "" {
+				t.Fatalf("the dial given up: assigned %v, closed %q (%s), init %q; want the worker handed back before any init",
+					!rec.AssignedAt.IsZero(), rec.CloseReason, rec.EndReason, rec.Init.Type)
+			}
+			dial(t, fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio)) // the next client gets the worker
+		})
+	}
+
+	t.Run("the worker never comes", func(t *testing.T) {
+		srv := strictServer(t, realtimetest.Options{Workers: 1, QueueUpdateInterval: time.Hour})
+		dial(t, fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio))
+		cfg := fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio)
+		const wait = 300 * time.Millisecond
+		cfg.QueueLeaveWait = func() time.Duration { return wait }
+		ctx, cancel := context.WithCancel(context.Background())
+		cfg.OnQueue = func(realtime.QueueStatus) { cancel() }
+		began := time.Now()
+		if _, err := realtime.Dial(ctx, cfg); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Dial: %v; want the caller's cancellation", err)
+		}
+		if waited := time.Since(began); waited < wait {
+			t.Fatalf("left the queue after %v, before the %v wait was over", waited, wait)
+		}
+		if rec, err := srv.WaitEnded(context.Background(), 1); err != nil || !rec.AssignedAt.IsZero() {
+			t.Fatalf("the dial given up: %v, assigned %v", err, !rec.AssignedAt.IsZero())
+		}
+	})
+}

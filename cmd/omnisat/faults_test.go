@@ -193,9 +193,10 @@ func TestFaultStallAtInit(t *testing.T) {
 
 // Rollover on a real one-worker gateway (one that jams when a queued client leaves unnoticed),
 // with the default overlap: the pre-opened session is queued behind the agent's own; the agent
-// leaves the queue cleanly and rolls over sequentially. Rollovers are counted, the gateway is
-// never jammed, and no sample is lost or repeated. The context fills fast (400 tokens per
-// second of audio against a 1024-token limit), so rollovers come every second or two.
+// keeps it as the next session (it gets the worker when ours closes) and rolls over sequentially
+// from then on. Rollovers are counted, no session leaves the queue without its worker, the
+// gateway is never jammed, and no sample is lost or repeated. The context fills fast (400
+// tokens per second of audio against a 1024-token limit), so rollovers come every second or two.
 func TestFaultRolloverOnOneWorkerGateway(t *testing.T) {
 	sim := realtimetest.NewServer(realtimetest.Options{Workers: 1, LateQueueLeave: true, QueueUpdateInterval: time.Second,
 		TokensPerAudioSecond: 400})
@@ -208,22 +209,25 @@ func TestFaultRolloverOnOneWorkerGateway(t *testing.T) {
 	var got []float32
 	queued := 0
 	for _, rec := range recs {
-		switch {
-		case len(rec.Appends) > 0:
+		if len(rec.Appends) > 0 {
 			got = append(got, rec.Audio...)
 			if rec.Index < len(recs)-1 && (rec.CloseReason != "user_stop" || rec.EndReason == "timeout") {
 				t.Errorf("session %d ended %q (client said %q): it should have been rolled over", rec.Index, rec.EndReason, rec.CloseReason)
 			}
-		case len(rec.QueuedPositions) > 0 && rec.AssignedAt.IsZero():
-			queued++ // a pre-opened session the agent left in the queue
+		}
+		if len(rec.QueuedPositions) > 0 {
+			queued++
+			if rec.AssignedAt.IsZero() {
+				t.Errorf("session %d left the queue without its worker (%s)", rec.Index, rec.EndReason)
+			}
 		}
 	}
-	t.Logf("%d sessions, %d pre-opened and left in the queue, %d rollovers", len(recs), queued, st.Rollovers)
+	t.Logf("%d sessions, %d of them queued, %d rollovers", len(recs), queued, st.Rollovers)
 	if sim.Jammed() {
 		t.Fatal("the gateway handed its worker to a queued client the agent had left: jammed")
 	}
-	if queued != 1 {
-		t.Errorf("%d pre-opened sessions queued; want one (then rollovers are sequential)", queued)
+	if queued == 0 {
+		t.Error("no session was ever queued: the test does not test the one-worker case")
 	}
 	if st.SessionsLost != 0 || st.ChunksDropped != 0 {
 		t.Errorf("status: %d sessions lost, %d chunks dropped", st.SessionsLost, st.ChunksDropped)
@@ -233,8 +237,9 @@ func TestFaultRolloverOnOneWorkerGateway(t *testing.T) {
 }
 
 // Stopping the service while its rollover's pre-opened session waits in a one-worker gateway's
-// queue leaves the queue first and keeps the session's worker until the gateway has noticed:
-// the next client still gets the worker.
+// queue: the dial does not vanish from the queue (the gateway would give the freed worker to the
+// gone client); it takes the worker as the session ahead closes and hands it straight back. The
+// next client gets the worker.
 func TestFaultShutdownWhileQueued(t *testing.T) {
 	sim := realtimetest.NewServer(realtimetest.Options{Workers: 1, LateQueueLeave: true, QueueUpdateInterval: time.Second,
 		TokensPerAudioSecond: 400})
