@@ -685,6 +685,13 @@ func TestDialGivenUpInTheQueue(t *testing.T) {
 				if err := <-got; err == nil {
 					t.Fatal("a dial given up returned a session")
 				}
+				// The worker frees once the server has seen the client go (and, late-leave, not
+				// noticed it in its queue): the gateway loses it.
+				for deadline := time.Now().Add(10 * time.Second); srv.Sessions()[1].LeftAt.IsZero(); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("the server never saw the client go")
+					}
+				}
 			}
 			first.Close(context.Background(), "user_stop") // the worker frees
 			if tt.wait > 0 {
