@@ -854,3 +854,23 @@ func BenchmarkPlaybackPath(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms-cpu/s")
 }
+
+// The capture buffer is half the latency unless configured: two device periods a buffer.
+func TestCaptureFrames(t *testing.T) {
+	for _, tt := range []struct {
+		configured int
+		latency    time.Duration
+		rate, want int
+	}{
+		{0, 100 * time.Millisecond, 48000, 2400},
+		{0, 100 * time.Millisecond, 44100, 2205},
+		{0, 20 * time.Millisecond, 16000, 160},
+		{0, 2 * time.Second, 192000, maxFramesPerBuffer},
+		{0, 0, 48000, 0},
+		{512, 100 * time.Millisecond, 48000, 512},
+	} {
+		if got := captureFrames(tt.configured, tt.latency, tt.rate); got != tt.want {
+			t.Errorf("captureFrames(%d, %v, %d) = %d, want %d", tt.configured, tt.latency, tt.rate, got, tt.want)
+		}
+	}
+}

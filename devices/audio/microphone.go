@@ -39,7 +39,10 @@ type MicConfig struct {
 	// Latency is the stream latency PortAudio is asked for; 0 takes the device's default
 	// high latency, the safe choice on a small board.
 	Latency time.Duration
-	// FramesPerBuffer per callback; 0 lets PortAudio choose (the best choice with ALSA).
+	// FramesPerBuffer per callback; 0 takes half the latency: two device periods a buffer. Each
+	// period wakes PortAudio's thread, the stream's pump and the runtime's monitor (the echo
+	// canceller's call into C), so ALSA's own choice, four periods a buffer, cost twice the
+	// wake-ups for capture that only the next chunk waits for.
 	FramesPerBuffer int
 	// Buffer is how much audio the capture ring holds for a slow reader; 0 means 2 s. When
 	// the reader falls further behind, the oldest audio is dropped (and counted).
@@ -67,8 +70,8 @@ func (c MicConfig) Validate() error {
 		return fmt.Errorf("microphone gain %v dB: want -40..40", c.GainDB)
 	case c.Latency < 0 || c.Latency > 2*time.Second:
 		return fmt.Errorf("microphone latency %v: want 0..2s", c.Latency)
-	case c.FramesPerBuffer < 0 || c.FramesPerBuffer > 1<<16:
-		return fmt.Errorf("microphone frames per buffer %d: want 0..65536", c.FramesPerBuffer)
+	case c.FramesPerBuffer < 0 || c.FramesPerBuffer > maxFramesPerBuffer:
+		return fmt.Errorf("microphone frames per buffer %d: want 0..%d", c.FramesPerBuffer, maxFramesPerBuffer)
 	case c.Buffer < 0 || c.Buffer > time.Minute:
 		return fmt.Errorf("microphone buffer %v: want 0..1m", c.Buffer)
 	}
@@ -197,7 +200,7 @@ func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
 			link.moved(gen)
 		}
 	}
-	s, err := paOpen(dev, true, m.channels, lat, m.rate, m.cfg.FramesPerBuffer, cb, nil, func() { link.finished(gen) })
+	s, err := paOpen(dev, true, m.channels, lat, m.rate, captureFrames(m.cfg.FramesPerBuffer, lat, m.rate), cb, nil, func() { link.finished(gen) })
 	if err != nil {
 		return nil, dev.name, err
 	}
@@ -533,4 +536,13 @@ func (r *ring) counts() (written, dropped int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.written, r.dropped
+}
+
+// captureFrames is the capture stream's buffer: the configured one, or half the latency (see
+// MicConfig.FramesPerBuffer).
+func captureFrames(configured int, latency time.Duration, rate int) int {
+	if configured > 0 || latency <= 0 {
+		return configured // 0 without a latency: PortAudio chooses
+	}
+	return min(max(1, int(latency.Seconds()*float64(rate)/2)), maxFramesPerBuffer)
 }

@@ -317,6 +317,9 @@ func recordInfo(rec C.omnisatRecord) bufferInfo {
 	return bufferInfo{at: float64(rec.at), lost: int(rec.lost), xrun: rec.flags&xrunFlags != 0}
 }
 
+// maxFramesPerBuffer bounds a stream's buffer.
+const maxFramesPerBuffer = 1 << 16
+
 // bridgeSeconds is the room of a bridge's ring: how far the pump may fall behind the device
 // (a loaded board can hold a goroutine back for a while; the microphone's own ring behind it
 // holds 2 s more).

@@ -56,8 +56,8 @@ func (c SpeakerConfig) Validate() error {
 		return fmt.Errorf("speaker volume %d: want 0..100", c.Volume)
 	case c.Latency < 0 || c.Latency > 2*time.Second:
 		return fmt.Errorf("speaker latency %v: want 0..2s", c.Latency)
-	case c.FramesPerBuffer < 0 || c.FramesPerBuffer > 1<<16:
-		return fmt.Errorf("speaker frames per buffer %d: want 0..65536", c.FramesPerBuffer)
+	case c.FramesPerBuffer < 0 || c.FramesPerBuffer > maxFramesPerBuffer:
+		return fmt.Errorf("speaker frames per buffer %d: want 0..%d", c.FramesPerBuffer, maxFramesPerBuffer)
 	}
 	return nil
 }
