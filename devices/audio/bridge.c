@@ -116,6 +116,8 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 		b->lost = 0;
 		__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
 		__atomic_store_n(&b->r, r + n, __ATOMIC_RELEASE);
+		if (w - (r + n) >= frames)
+			return paContinue; // the next buffer is queued already: Go refills at the one after
 	}
 	wake(b);
 	return paContinue;

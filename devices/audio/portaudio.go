@@ -404,17 +404,18 @@ func (s *paStream) pump(fn streamCallback, played playedFunc, finished func(), r
 					played(heard[:frames], recordInfo(rec))
 				}
 			}
-			// Keep the device's next buffer queued (its largest so far): each buffer it takes
-			// wakes this goroutine to queue the one after. A callback that finds less (a host
+			// Keep the device's next two buffers queued (its largest so far): a buffer it takes
+			// with the next one still queued does not wake this goroutine, so it wakes every
+			// other buffer to queue two more. A callback that finds less than a buffer (a host
 			// running several callbacks in a row, or this goroutine late) wakes it and waits a
 			// little for it (bridge.c), so what is queued ahead, and with it the delay an
-			// interrupt takes to be heard, stays one buffer.
+			// interrupt takes to be heard, stays within two buffers.
 			last := records[(rw-1)%C.OMNISAT_RECORDS]
 			maxFrames = max(maxFrames, uint64(last.frames))
 			rr = rw
 			atomic.StoreUint64(counter(&b.rr), rr)
 			queued := w - r
-			if target := maxFrames; queued < target {
+			if target := 2 * maxFrames; queued < target {
 				k := int(min(target-queued, uint64(b.cap)-queued))
 				if cap(scratch) < k*channels {
 					scratch = make([]float32, k*channels)

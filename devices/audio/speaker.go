@@ -33,7 +33,7 @@ type SpeakerConfig struct {
 	// high latency.
 	Latency time.Duration
 	// FramesPerBuffer per callback; 0 lets PortAudio choose. FlushAfter(0) silences the
-	// output within about one buffer.
+	// output within about the device's buffer and two of these (queued ahead).
 	FramesPerBuffer int
 	// Echo, when set, receives everything the speaker plays (after the volume), for the
 	// microphone's echo canceller.
@@ -287,7 +287,7 @@ func (s *Speaker) Play(samples []float32) {
 }
 
 // FlushAfter drops queued audio beyond keep (agent.Speaker); FlushAfter(0) silences the
-// output within about one device buffer, with a 3 ms fade.
+// output within the device's buffer and the two buffers queued ahead of it, with a 3 ms fade.
 func (s *Speaker) FlushAfter(keep time.Duration) {
 	s.catchUp()
 	s.pb.FlushAfter(keep)
