@@ -449,6 +449,25 @@ func TestShutdownWhileTheSequentialDialIsQueued(t *testing.T) {
 	stopWhileQueued(t, h, rec.Index)
 }
 
+// Stopping while queued behind another client's session on a one-worker gateway, which that
+// client ends just after: the dial waits in the queue for the worker and hands it back, so the
+// gateway is not jammed (had it left at once, the worker would have gone to it, gone).
+func TestShutdownWhileQueuedBehindAnotherClient(t *testing.T) {
+	h := newHarness(t, setup{sim: realtimetest.Options{Workers: 1, QueueUpdateInterval: 3 * time.Second, LateQueueLeave: true},
+		noStart: true})
+	other, err := realtime.Dial(context.Background(), realtime.Config{URL: h.sim.URL(), Mode: realtime.ModeAudio})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	rec := waitQueued(t, h, "the agent's session", func(rec realtimetest.SessionRecord) bool { return rec.Index == 1 })
+	go func() {
+		time.Sleep(500 * time.Millisecond) // the other client ends while the gateway has not noticed
+		other.Close(context.Background(), "user_stop")
+	}()
+	stopWhileQueued(t, h, rec.Index)
+}
+
 // busySpeaker always has a second of audio still to play.
 type busySpeaker struct{ agent.Speaker }
 

@@ -117,20 +117,13 @@ func (lv *live) undelivered(ids []uint64) []chunk {
 type attempt struct {
 	cancel   context.CancelFunc
 	rollover atomic.Bool // opening the next session ahead of a planned rollover
-	// leaveWait is how long, once given up in the server's queue, it waits there for its worker
-	// to hand it back (realtime.Config.QueueLeaveWait); set before cancel.
-	leaveWait atomic.Int64
 }
 
-// queueLeaveWait bounds how long a dial given up in a gateway's queue waits there for a worker
-// one of our sessions is freeing, to hand it back (realtime.Config.QueueLeaveWait): closing a
-// session takes up to a flush and a goodbye, each within the close budget, and the gateway then
-// frees the worker.
+// queueLeaveWait bounds how long a dial given up in a gateway's queue waits there for a worker,
+// to hand it back (realtime.Config.QueueLeaveWait). Long enough for one of our sessions to close
+// (a flush and a goodbye, each within the close budget) and the gateway to free its worker; short
+// enough for a stop within systemd's 20 s.
 func (s *Supervisor) queueLeaveWait() time.Duration { return 2*s.closeBudget() + 2*time.Second }
-
-// workerFreeing is how long after a session of ours has ended its worker may still be on its way
-// back to the gateway's queue.
-const workerFreeing = 3 * time.Second
 
 // episodeQuiet is how long without a repeat ends an episode of a recurring complaint: the next
 // one is news again.
@@ -190,12 +183,6 @@ type loop struct {
 	// sequential: the server queued a pre-opened session behind ours (one worker), so rollovers
 	// close the old session first.
 	sequential bool
-	// Our sessions' goodbyes under way (closeAsync), and when the last one finished (unix ns);
-	// endedAt: when a session of ours last ended otherwise. A dial given up in the queue then
-	// may be next in line for a worker of ours (see abandon).
-	closing    atomic.Int32
-	closedAt   atomic.Int64
-	endedAt    time.Time
 	lastActive time.Time // last speech either way (idle timeout)
 	// The server's flow-control complaints, said once per episode and counted.
 	dropEpisode, rateEpisode episode
@@ -401,26 +388,17 @@ func (l *loop) restart(reason string) {
 	l.start(reason)
 }
 
-// abandonDials gives up the dial under way (see abandon).
+// abandonDials gives up the dial under way. A gateway that notices a queued client leave only
+// when it next writes to it gives a worker that frees meanwhile to the client that left, and
+// loses it for good; so a dial waiting in the queue does not vanish from it: it waits (bounded,
+// queueLeaveWait) for its worker and hands it straight back. The worker about to free is often
+// ours (the session closed with the stop); a stranger's may free at any moment too, and a
+// jammed gateway is worse for every client than a stop that takes a few seconds.
 func (l *loop) abandonDials() {
 	if l.dialing != nil {
-		l.abandon(l.dialing)
+		l.dialing.cancel()
 		l.dialing = nil
 	}
-}
-
-// abandon gives a dial up. A gateway that notices a queued client leave only when it next
-// writes to it gives a worker that frees meanwhile to the client that left, and loses it. When
-// that worker may be one of ours (a session of ours is open — about to be closed — or closing,
-// or has just ended), the dial does not vanish from the queue: it waits for the worker and hands
-// it straight back. A stranger's worker frees at any moment: waiting would only delay the stop.
-func (l *loop) abandon(a *attempt) {
-	now := l.s.now()
-	if l.cur != nil || l.next != nil || l.closing.Load() > 0 ||
-		now.Sub(time.Unix(0, l.closedAt.Load())) < workerFreeing || now.Sub(l.endedAt) < workerFreeing {
-		a.leaveWait.Store(int64(l.s.queueLeaveWait()))
-	}
-	a.cancel()
 }
 
 // closeAll ends the current and the next session (not waiting).
@@ -472,14 +450,9 @@ func (l *loop) closeAsync(lv *live, reason string, flush bool) {
 	lv.planned = true
 	drain := !lv.eventsDone
 	budget := l.s.closeBudget()
-	l.closing.Add(1)
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		defer func() {
-			l.closedAt.Store(l.s.now().UnixNano())
-			l.closing.Add(-1)
-		}()
 		if drain {
 			// Nobody reads its events any more: drain them, so its reader never waits on us.
 			l.wg.Add(1)
@@ -553,7 +526,7 @@ func (l *loop) connect(rollover bool) {
 
 func (l *loop) startDial(rollover bool) {
 	s := l.s
-	// Only abandon ends a dial (the shutdown too): it first decides how the dial leaves a queue.
+	// Only abandonDials ends a dial (the shutdown too), so that it leaves a queue as it should.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(l.ctx))
 	a := &attempt{cancel: cancel}
 	a.rollover.Store(rollover)
@@ -563,7 +536,7 @@ func (l *loop) startDial(rollover bool) {
 	if *s.cfg.CarryOver {
 		cfg.Init.Instructions = carryOver(cfg.Init.Instructions, l.history, s.cfg.CarryOverChars)
 	}
-	cfg.QueueLeaveWait = func() time.Duration { return time.Duration(a.leaveWait.Load()) }
+	cfg.QueueLeaveWait = s.queueLeaveWait
 	cfg.OnQueue = func(q realtime.QueueStatus) {
 		if ctx.Err() != nil {
 			return // abandoned: nothing to say
@@ -819,7 +792,6 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 	s := l.s
 	switch ev := ev.(type) {
 	case realtime.Closed:
-		l.endedAt = s.now()
 		if lv == l.next {
 			l.next = nil
 			l.retire(lv)
