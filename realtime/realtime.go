@@ -86,8 +86,8 @@ type Config struct {
 	// straight back with session.close, before leaving anyway. The real gateway does not read
 	// from queued clients; it notices one that left only when it next writes to it (a queue
 	// update, about every 3 s), and a worker that frees before then goes to the client that left
-	// and is lost until the gateway restarts. Worth waiting for when the worker about to free is
-	// the caller's own (a session it is closing); nil or ≤ 0 leaves at once.
+	// and is lost until the gateway restarts; the worker about to free is often the caller's own
+	// (a session it closes as it gives the dial up). Nil or ≤ 0 leaves at once.
 	QueueLeaveWait func() time.Duration
 
 	// OpenVoiceTTSRate is the sample rate of OpenVoice's binary TTS audio (its document does not
