@@ -41,6 +41,9 @@ type echoRig struct {
 	// The speaker's pump is late: buffers due between physical times lateFrom and lateTo reach
 	// the reference only at lateTo.
 	lateFrom, lateTo int64
+	// viaMic, when set, cleans through that microphone's reader (resampled to OutputRate
+	// first, as it does when the capture rate is higher) instead of the cleaner alone.
+	viaMic *Microphone
 }
 
 const rigT0 = 1000.0 // seconds on the stream clock at physical time 0
@@ -129,7 +132,12 @@ func (g *echoRig) run(t testing.TB, c *cleaner, ref *EchoReference, n, mark int)
 		// The reader: everything the ring holds, then anything waiting for the reference.
 		buf := make([]float32, g.rate)
 		got, start, timing := ring.readFrom(buf)
-		if out = c.process(out, buf[:got], start, timing); len(out) < mark {
+		if g.viaMic != nil {
+			out = append(out, g.viaMic.resampleThenClean(buf[:got], start, timing)...)
+		} else {
+			out = c.process(out, buf[:got], start, timing)
+		}
+		if len(out) < mark {
 			atMark = c.counters()
 		}
 	}
@@ -189,6 +197,74 @@ func judgeEcho(mic, out []float32, from, to, rate int) echoVerdict {
 // mutedAfter is the share of the 10 ms frames after the mark that were muted.
 func mutedAfter(end, mark CleanStats) float64 {
 	return float64(end.MutedFrames-mark.MutedFrames) / float64(max(end.Frames-mark.Frames, 1))
+}
+
+// TestMicrophoneCleansAtTheOutputRate: a 48 kHz capture is resampled to 16 kHz before the
+// echo canceller (a third of its work at 48 kHz), and the reference and the timing follow it
+// there: the echo of a 48 kHz speaker through a room is cancelled as well as at one rate,
+// with the echo placed by the converted timestamps alone.
+func TestMicrophoneCleansAtTheOutputRate(t *testing.T) {
+	const rate = 48000
+	g := &echoRig{rate: rate, spkBlock: 600, micBlock: 2400, micLead: 2400, outLead: 1920,
+		room: signaltest.Room(rate, 5*time.Millisecond, 0.5, 11), played: signaltest.SpeechLike(rate, 11*time.Second, 11)}
+	m := newTestMic(t, rate, 1, Mixdown, 0)
+	ref := NewEchoReference()
+	m.cfg.Clean = CleanConfig{Echo: EchoAEC, Reference: ref, Processor: aec.Config{Denoise: true}}
+	if err := m.initReader(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.clean.close)
+	if !m.cleanAfter || m.clean.micRate != OutputRate || m.clean.proc.Rate() != OutputRate {
+		t.Fatalf("a %d Hz capture is cleaned at %d Hz, want %d", rate, m.clean.micRate, OutputRate)
+	}
+	g.viaMic = m
+	mic48, out, _ := g.run(t, m.clean, ref, 10*rate, 0)
+	if len(out) < 9*OutputRate {
+		t.Fatalf("10 s captured, %.2f s cleaned: the rest waits for a reference placed elsewhere", float64(len(out))/OutputRate)
+	}
+	rs, _ := pipeline.NewResampler(rate, OutputRate)
+	mic := rs.Process(nil, mic48)
+	v := judgeEcho(mic, out, 4*OutputRate, 10*OutputRate, OutputRate)
+	st := m.clean.counters()
+	t.Logf("ERLE %.1f dB; per half second %v; %d barge-ins; %+v", v.erle, v.halves, v.bargeIns, st)
+	if v.erle < 25 || v.bargeIns > 0 || st.Slips != 1 || st.Unknown > 0 {
+		t.Errorf("ERLE %.1f dB, %d barge-ins, %d alignments, %d unknown frames: want ≥ 25 dB, none, 1, none",
+			v.erle, v.bargeIns, st.Slips, st.Unknown)
+	}
+}
+
+// TestMicrophoneCleanAfterAGap: when the reader falls a ring behind, the capture jumps; the
+// resampled stream ends there and a new one starts where the jump lands, so the cleaner's
+// sample indexes stay the capture's (at the output rate) and no sample is made up or lost.
+func TestMicrophoneCleanAfterAGap(t *testing.T) {
+	const rate = 48000
+	m := newTestMic(t, rate, 1, Mixdown, 0)
+	m.cfg.Clean = CleanConfig{Processor: aec.Config{Denoise: true}}
+	if err := m.initReader(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.clean.close)
+	block := make([]float32, 4800)
+	total := 0
+	for i := range 10 {
+		total += len(m.resampleThenClean(block, int64(i*4800), streamTiming{}))
+	}
+	// A gap of a second, then ten more blocks.
+	total += len(m.resampleThenClean(block, 58*4800, streamTiming{}))
+	if want := int64(math.Round(58 * 4800 * float64(OutputRate) / rate)); m.outFrom != want {
+		t.Errorf("after the gap the resampled stream starts at %d, want %d", m.outFrom, want)
+	}
+	for i := range 9 {
+		total += len(m.resampleThenClean(block, int64((59+i)*4800), streamTiming{}))
+	}
+	// The first stream was flushed whole (1 s in, 16000 out); the second holds back the
+	// resampler's delay and the cleaner's partial frame.
+	if delay := int(m.rs.Delay().Seconds()*OutputRate) + m.clean.frame; total > 32000 || total < 32000-delay-1 {
+		t.Errorf("%d samples out for 2 s in, want 32000 less at most %d held back", total, delay)
+	}
+	if end := m.clean.accStart + int64(len(m.clean.acc)); end != m.outFrom+m.outGiven {
+		t.Errorf("the cleaner ends at %d, the resampled stream at %d", end, m.outFrom+m.outGiven)
+	}
 }
 
 // TestEchoAlignmentIgnoresDisturbedTimestamps: under load a late callback shifts the speaker's

@@ -19,6 +19,7 @@ import (
 	"github.com/omnisat/omnisat/devices/wav"
 	"github.com/omnisat/omnisat/internal/testaudio"
 	"github.com/omnisat/omnisat/pipeline"
+	"github.com/omnisat/omnisat/pipeline/aec"
 )
 
 // ---- helpers ----
@@ -342,6 +343,24 @@ func TestReaderDoesNotAllocate(t *testing.T) {
 		m.Read(ctx, p)
 	}); a != 0 {
 		t.Errorf("capture path: %v allocations per buffer", a)
+	}
+	// Cleaned after resampling (a 48 kHz capture with noise suppression).
+	mc := newTestMic(t, 48000, 1, Mixdown, 0)
+	mc.cfg.Clean = CleanConfig{Processor: aec.Config{Denoise: true}}
+	if err := mc.initReader(); err != nil {
+		t.Fatal(err)
+	}
+	defer mc.clean.close()
+	block := make([]float32, 480)
+	for range 10 { // the cleaner's buffers grow to a device buffer once
+		mc.ring.write(block)
+		mc.fill(p) // Read would wait: a block may fill no whole frame
+	}
+	if a := testing.AllocsPerRun(200, func() {
+		mc.ring.write(block)
+		mc.fill(p)
+	}); a != 0 {
+		t.Errorf("capture path, cleaned at the output rate: %v allocations per buffer", a)
 	}
 	pb, _ := pipeline.NewPlayback(InputRate, 44100)
 	pb.Play(make([]float32, 48000))

@@ -289,7 +289,8 @@ func (f *clockFit) timing() streamTiming {
 // after two of them, a single late callback does not.
 const hintWindow = 3
 
-// CleanConfig is what the microphone does to its signal at the capture rate, before resampling.
+// CleanConfig is what the microphone does to its signal: at 16 kHz after resampling, or at the
+// capture rate when that is lower (see MicConfig.Clean).
 type CleanConfig struct {
 	// Echo is the echo handling; "" is none.
 	Echo EchoMode
@@ -833,11 +834,12 @@ const (
 
 // echoAligner delivers the speaker's output lined up with the capture: for capture index k, the
 // sample the speaker's converter played at the moment the microphone's converter took sample k
-// (held back by the configured delay), resampled to the capture rate.
+// (held back by the configured delay), resampled to the rate the microphone cleans at (micRate
+// here; capture indexes and timing are at that rate too).
 //
 // The timestamps make the alignment; sample counts keep it. Both streams count every sample
 // their devices moved (the speaker's silence included), so once the two are lined up the
-// reference for capture sample k+n is n samples on (at the capture rate), whatever the timing
+// reference for capture sample k+n is n samples on, whatever the timing
 // of the callbacks. The timestamps are watched all along but are evidence, not orders: a late
 // callback under load can shift every timestamp after it by its lateness while not one sample
 // moved. So the aligner re-aligns on its own only when a new stream opens; when the timestamps disagree with the held alignment by more than
@@ -853,6 +855,7 @@ type echoAligner struct {
 	spkRate int
 	ratio   float64             // capture rate / speaker rate
 	rs      *pipeline.Resampler // speaker → capture rate; nil when they are equal
+	frac    *pipeline.FractionalDelay
 
 	synced         bool
 	fresh          bool // the stream below starts anew at the next fetch
@@ -875,7 +878,7 @@ type echoAligner struct {
 
 func newEchoAligner(ref *EchoReference, micRate int, delay time.Duration) *echoAligner {
 	return &echoAligner{ref: ref, micRate: micRate, delay: (delay - alignLead).Seconds() * float64(micRate),
-		tolerance: alignTolerance.Seconds() * float64(micRate)}
+		tolerance: alignTolerance.Seconds() * float64(micRate), frac: pipeline.NewFractionalDelay()}
 }
 
 // look compares the timestamps with the held alignment, aligning afresh when there is none yet
@@ -948,7 +951,9 @@ func (a *echoAligner) fetch(dst []float32, k int64) refState {
 	n := len(dst)
 	first := float64(k) + a.offset
 	last := first + float64(n-1)*(1+a.offsetRate)
-	lo, hi := int64(math.Floor(min(first, last))), int64(math.Floor(max(first, last)))+1
+	// The interpolator reads FractionalBefore samples before a position and the rest after it.
+	ahead := int64(pipeline.FractionalTaps - pipeline.FractionalBefore - 1)
+	lo, hi := int64(math.Floor(min(first, last))), int64(math.Floor(max(first, last)))+ahead
 	// Drop what lies more than margin behind what this frame needs.
 	if drop := min(lo-margin-a.head, int64(len(a.pending))); drop > 0 {
 		a.pending = append(a.pending[:0], a.pending[drop:]...)
@@ -977,17 +982,27 @@ func (a *echoAligner) fetch(dst []float32, k int64) refState {
 			a.pending = append(a.pending, raw...)
 		}
 	}
-	at := func(j int64) float32 {
-		if j < a.head || j-a.head >= int64(len(a.pending)) {
-			return 0
-		}
-		return a.pending[j-a.head]
-	}
+	// Between samples the reference is read with a windowed sinc, not a straight line: linear
+	// interpolation is a low-pass that changes with the fraction (16 dB down near the top of a
+	// 16 kHz stream's band halfway between samples), an echo path the canceller would have to
+	// learn again whenever the drift moves the fraction.
+	var edge [pipeline.FractionalTaps]float32
 	for i := range dst {
 		x := first + float64(i)*(1+a.offsetRate)
 		j := int64(math.Floor(x))
-		f := float32(x - float64(j))
-		dst[i] = (1-f)*at(j) + f*at(j+1)
+		from := j - pipeline.FractionalBefore - a.head
+		window := edge[:]
+		if from >= 0 && from+pipeline.FractionalTaps <= int64(len(a.pending)) {
+			window = a.pending[from:]
+		} else { // at the stream's edges: nothing there is silence
+			for t := range edge {
+				edge[t] = 0
+				if p := from + int64(t); p >= 0 && p < int64(len(a.pending)) {
+					edge[t] = a.pending[p]
+				}
+			}
+		}
+		dst[i] = a.frac.At(window, x-float64(j))
 	}
 	a.offset += a.offsetRate * float64(n)
 	return state

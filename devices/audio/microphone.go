@@ -47,8 +47,10 @@ type MicConfig struct {
 	// Buffer is how much audio the capture ring holds for a slow reader; 0 means 2 s. When
 	// the reader falls further behind, the oldest audio is dropped (and counted).
 	Buffer time.Duration
-	// Clean is the echo cancellation, noise suppression and gain applied at the capture rate,
-	// before resampling (the zero value: none).
+	// Clean is the echo cancellation, noise suppression and gain (the zero value: none). It runs
+	// on the 16 kHz stream Read delivers, after resampling, or at the capture rate when that is
+	// lower: the model hears nothing above 8 kHz, so cancelling it at 48 kHz would cost three
+	// times the work for sound the resampler removes anyway.
 	Clean CleanConfig
 }
 
@@ -107,10 +109,17 @@ type Microphone struct {
 	rs      *pipeline.Resampler
 	inter   []float32 // interleaved frames from the ring
 	mono    []float32
-	out     []float32 // resampled; carry is its unread part
+	out     []float32 // resampled
 	clean   *cleaner  // nil: nothing asked
 	cleaned []float32
-	carry   []float32
+	carry   []float32 // the unread part of out (or cleaned)
+	// cleanAfter: the cleaner runs on the resampled stream (the capture rate is above
+	// OutputRate). Its sample indexes are then the resampled stream's: outputs of the stream the
+	// resampler began at capture index fedFrom count from outFrom (fedFrom·ratio, rounded), and
+	// fedTo is the capture index the next input must have to continue that stream.
+	cleanAfter              bool
+	fedFrom, fedTo, outFrom int64
+	outGiven                int64 // outputs of that stream handed to the cleaner
 	// refWaitFrom is when Read began waiting for the speaker's record of what it played (zero:
 	// not waiting).
 	refWaitFrom time.Time
@@ -239,12 +248,14 @@ func (m *Microphone) initReader() error {
 	m.mono = make([]float32, readChunk)
 	m.out = make([]float32, 0, rs.OutputLen(readChunk))
 	if m.cfg.Clean.active() {
-		c, err := newCleaner(m.cfg.Clean, m.rate, m.link.log)
+		m.cleanAfter = m.rate > OutputRate
+		c, err := newCleaner(m.cfg.Clean, min(m.rate, OutputRate), m.link.log)
 		if err != nil {
 			return err
 		}
 		m.clean = c
-		m.cleaned = make([]float32, 0, readChunk+c.frame)
+		m.cleaned = make([]float32, 0, max(readChunk, rs.OutputLen(readChunk))+c.frame)
+		m.fedFrom, m.fedTo = -1, -1
 	}
 	m.timer = time.NewTimer(time.Hour)
 	m.timer.Stop()
@@ -355,22 +366,62 @@ func (m *Microphone) fill(p []float32) int {
 				break
 			}
 		}
-		if m.clean != nil {
+		var ready []float32
+		switch {
+		case m.clean == nil:
+			ready = m.rs.Process(m.out[:0], mono)
+			m.out = ready
+		case m.cleanAfter:
+			ready = m.resampleThenClean(mono, start, timing)
+		default:
 			m.cleaned = m.clean.process(m.cleaned[:0], mono, start, timing)
-			if len(m.cleaned) > 0 {
-				m.refWaitFrom = time.Time{}
+			m.out = m.rs.Process(m.out[:0], m.cleaned)
+			ready = m.out
+		}
+		if m.clean != nil && len(ready) > 0 {
+			m.refWaitFrom = time.Time{}
+		}
+		if len(ready) == 0 {
+			if len(mono) == 0 {
+				break
 			}
-			mono = m.cleaned
+			continue // the resampler's delay or the speaker's record holds it back: look again
 		}
-		if len(mono) == 0 {
-			break
-		}
-		m.out = m.rs.Process(m.out[:0], mono)
-		k := copy(p[n:], m.out)
+		k := copy(p[n:], ready)
 		n += k
-		m.carry = m.out[k:]
+		m.carry = ready[k:]
 	}
 	return n
+}
+
+// resampleThenClean resamples mono (capture index start on) and cleans the result at
+// OutputRate, giving the cleaner the resampled stream's sample indexes and timing. A gap in the
+// capture (the reader fell a ring behind) ends the resampled stream there and starts another.
+func (m *Microphone) resampleThenClean(mono []float32, start int64, timing streamTiming) []float32 {
+	ratio := float64(OutputRate) / float64(m.rate)
+	m.cleaned = m.cleaned[:0]
+	if len(mono) > 0 && start != m.fedTo {
+		if m.fedTo >= 0 {
+			m.out = m.rs.Flush(m.out[:0])
+			m.cleaned = m.clean.process(m.cleaned, m.out, m.outFrom+m.outGiven, m.cleanTiming(timing, ratio))
+		}
+		m.fedFrom, m.fedTo = start, start
+		m.outFrom, m.outGiven = int64(math.Round(float64(start)*ratio)), 0
+	}
+	m.out = m.rs.Process(m.out[:0], mono)
+	m.fedTo += int64(len(mono))
+	m.cleaned = m.clean.process(m.cleaned, m.out, m.outFrom+m.outGiven, m.cleanTiming(timing, ratio))
+	m.outGiven += int64(len(m.out))
+	return m.cleaned
+}
+
+// cleanTiming is the capture's timing in the resampled stream's samples (see Resampler: output
+// j of a stream stands for the time of its first input plus j/OutputRate).
+func (m *Microphone) cleanTiming(t streamTiming, ratio float64) streamTiming {
+	shift := float64(m.outFrom) - float64(m.fedFrom)*ratio
+	t.base = t.base*ratio + shift
+	t.recent = t.recent*ratio + shift
+	return t
 }
 
 // lostBlock is how much silence Read hands out at a time while the device is lost: one

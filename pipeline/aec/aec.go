@@ -64,7 +64,8 @@ import (
 
 // Config sets up a Processor. Zero fields take the defaults of WithDefaults.
 type Config struct {
-	// Rate is the sample rate in Hz (the capture device's native rate), 8000..96000.
+	// Rate is the sample rate in Hz, 8000..96000 (the microphone cleans at 16 kHz, or at its
+	// capture rate when that is lower).
 	Rate int
 	// Frame is how much audio one Process call takes (default 10 ms, speexdsp's sweet spot).
 	Frame time.Duration
