@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -233,5 +234,55 @@ func TestEchoDelay(t *testing.T) {
 	defer q.Close()
 	if _, ok := q.EchoDelay(); ok {
 		t.Error("EchoDelay without echo cancellation reports a delay")
+	}
+}
+
+// TestWorkerIsTheDirectCall: the worker thread computes exactly what a direct call into
+// speexdsp does, and closing processors leaves no thread behind.
+func TestWorkerIsTheDirectCall(t *testing.T) {
+	const rate = 16000
+	far := signaltest.SpeechLike(rate, 2*time.Second, 7)
+	mic := signaltest.Convolve(far, signaltest.Room(rate, 20*time.Millisecond, 0.5, 7))
+	cfg := Config{Rate: rate, EchoCancel: true, Denoise: true, AGC: true}
+	threads := func() int {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(tasks)
+	}
+	before := threads()
+	onWorker, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if onWorker.worker == nil {
+		t.Fatal("no worker thread")
+	}
+	direct, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct.stopWorker()
+	want := run(t, direct, mic, far)
+	got := run(t, onWorker, mic, far)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("sample %d: on the worker %v, direct %v", i, got[i], want[i])
+		}
+	}
+	direct.Close()
+	onWorker.Close()
+	for range 20 {
+		p, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, p, mic[:1600], far[:1600])
+		p.Close()
+	}
+	// The Go runtime may have started threads of its own meanwhile; the workers would be 22.
+	if after := threads(); after > before+4 {
+		t.Errorf("%d threads before, %d after 22 processors were closed", before, after)
 	}
 }
