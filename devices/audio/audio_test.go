@@ -344,23 +344,48 @@ func TestReaderDoesNotAllocate(t *testing.T) {
 	}); a != 0 {
 		t.Errorf("capture path: %v allocations per buffer", a)
 	}
-	// Cleaned after resampling (a 48 kHz capture with noise suppression).
-	mc := newTestMic(t, 48000, 1, Mixdown, 0)
-	mc.cfg.Clean = CleanConfig{Processor: aec.Config{Denoise: true}}
+	// Cleaned after resampling: a 48 kHz capture with the echo canceller, against a speaker
+	// that plays four 12.5 ms buffers per 50 ms capture buffer.
+	const rate = 48000
+	mc := newTestMic(t, rate, 1, Mixdown, 0)
+	ref := NewEchoReference()
+	ref.attach(rate)
+	mc.cfg.Clean = CleanConfig{Echo: EchoAEC, Reference: ref, Processor: aec.Config{Denoise: true}}
 	if err := mc.initReader(); err != nil {
 		t.Fatal(err)
 	}
 	defer mc.clean.close()
-	block := make([]float32, 480)
-	for range 10 { // the cleaner's buffers grow to a device buffer once
-		mc.ring.write(block)
-		mc.fill(p) // Read would wait: a block may fill no whole frame
+	spk, capture, q := make([]float32, 600), make([]float32, 2400), make([]float32, 2000)
+	for i := range spk {
+		spk[i] = float32(i%50) / 100
 	}
-	if a := testing.AllocsPerRun(200, func() {
-		mc.ring.write(block)
-		mc.fill(p)
-	}); a != 0 {
+	var played, captured int64
+	buffer := func() {
+		for range 4 {
+			ev := timelineGoesOn
+			if played == 0 {
+				ev = timelineNew
+			}
+			ref.play(spk, 1000+float64(played)/rate, 0, ev)
+			played += int64(len(spk))
+		}
+		ev := timelineGoesOn
+		if captured == 0 {
+			ev = timelineNew
+		}
+		mc.ring.mark(1000+float64(captured+2400)/rate, rate, ev)
+		mc.ring.write(capture)
+		captured += int64(len(capture))
+		mc.fill(q) // Read would wait when a buffer fills no whole frame
+	}
+	for range 100 { // the buffers grow to their largest once
+		buffer()
+	}
+	if a := testing.AllocsPerRun(200, buffer); a != 0 {
 		t.Errorf("capture path, cleaned at the output rate: %v allocations per buffer", a)
+	}
+	if st := mc.clean.counters(); st.Slips != 1 || st.Unknown != 0 || st.Frames < 1490 { // 15 s, less what waits
+		t.Errorf("the canceller did not run as a microphone's would: %+v", st)
 	}
 	pb, _ := pipeline.NewPlayback(InputRate, 44100)
 	pb.Play(make([]float32, 48000))

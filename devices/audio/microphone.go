@@ -40,9 +40,9 @@ type MicConfig struct {
 	// high latency, the safe choice on a small board.
 	Latency time.Duration
 	// FramesPerBuffer per callback; 0 takes half the latency: two device periods a buffer. Each
-	// period wakes PortAudio's thread, the stream's pump and the runtime's monitor (the echo
-	// canceller's call into C), so ALSA's own choice, four periods a buffer, cost twice the
-	// wake-ups for capture that only the next chunk waits for.
+	// period wakes PortAudio's thread, the stream's pump and the echo canceller's thread, so
+	// ALSA's own choice, four periods a buffer, cost twice the wake-ups for capture that only
+	// the next chunk waits for.
 	FramesPerBuffer int
 	// Buffer is how much audio the capture ring holds for a slow reader; 0 means 2 s. When
 	// the reader falls further behind, the oldest audio is dropped (and counted).
