@@ -9,16 +9,18 @@
 // 1–2% of one core at 48 kHz here (see README.md), and on the virtual sound card it meets the
 // project's bar (ERLE ≥ 20 dB).
 //
-// Each Processor runs speexdsp on a thread of its own, which Process hands a batch of frames to
-// and waits for in the Go runtime's poller: a call from Go into C tells the scheduler it leaves
-// for a system call, which wakes the runtime's monitor thread out of its deep sleep every time
-// (three to four wake-ups per device buffer on a Pi-like ALSA device, against the worker's
-// one). The results are the same to the bit (TestWorkerIsTheDirectCall).
+// Each Processor runs speexdsp on a thread of its own (omnisat-aec in top -H), which Process
+// hands a batch of frames to and waits for in the Go runtime's poller: a call from Go into C
+// tells the scheduler it leaves for a system call, which wakes the runtime's monitor thread out
+// of its deep sleep every time (three to four wake-ups per device buffer on a Pi-like ALSA
+// device, against the worker's one). The results are the same to the bit
+// (TestWorkerIsTheDirectCall).
 package aec
 
 /*
 #cgo pkg-config: speexdsp
 #cgo LDFLAGS: -lpthread
+#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -81,6 +83,7 @@ typedef struct {
 
 static void *work(void *p) {
 	worker *w = p;
+	pthread_setname_np(pthread_self(), "omnisat-aec"); // what top -H and /proc show for it
 	for (;;) {
 		uint64_t v;
 		if (read(w->jobfd, &v, sizeof v) != sizeof v) {

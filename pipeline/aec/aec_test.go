@@ -244,20 +244,27 @@ func TestWorkerIsTheDirectCall(t *testing.T) {
 	far := signaltest.SpeechLike(rate, 2*time.Second, 7)
 	mic := signaltest.Convolve(far, signaltest.Room(rate, 20*time.Millisecond, 0.5, 7))
 	cfg := Config{Rate: rate, EchoCancel: true, Denoise: true, AGC: true}
-	threads := func() int {
+	// The workers, by the name they give their threads.
+	workers := func() int {
 		tasks, err := os.ReadDir("/proc/self/task")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(tasks)
+		n := 0
+		for _, task := range tasks {
+			if comm, err := os.ReadFile("/proc/self/task/" + task.Name() + "/comm"); err == nil && string(comm) == "omnisat-aec\n" {
+				n++
+			}
+		}
+		return n
 	}
-	before := threads()
+	before := workers()
 	onWorker, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if onWorker.worker == nil {
-		t.Fatal("no worker thread")
+	if onWorker.worker == nil || workers() != before+1 {
+		t.Fatalf("no worker thread (%d running, %d before)", workers(), before)
 	}
 	direct, err := New(cfg)
 	if err != nil {
@@ -281,8 +288,7 @@ func TestWorkerIsTheDirectCall(t *testing.T) {
 		run(t, p, mic[:1600], far[:1600])
 		p.Close()
 	}
-	// The Go runtime may have started threads of its own meanwhile; the workers would be 22.
-	if after := threads(); after > before+4 {
-		t.Errorf("%d threads before, %d after 22 processors were closed", before, after)
+	if after := workers(); after != before {
+		t.Errorf("%d worker threads before, %d after 22 processors were closed", before, after)
 	}
 }
