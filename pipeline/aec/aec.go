@@ -83,7 +83,6 @@ typedef struct {
 
 static void *work(void *p) {
 	worker *w = p;
-	pthread_setname_np(pthread_self(), "omnisat-aec"); // what top -H and /proc show for it
 	for (;;) {
 		uint64_t v;
 		if (read(w->jobfd, &v, sizeof v) != sizeof v) {
@@ -115,6 +114,7 @@ static worker *worker_start(void) {
 		free(w);
 		return NULL;
 	}
+	pthread_setname_np(w->thread, "omnisat-aec"); // what top -H and /proc show for it
 	return w;
 }
 
