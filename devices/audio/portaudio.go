@@ -97,9 +97,10 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/omnisat/omnisat/internal/counterwait"
 )
 
 // pa is the package's only mutable package-level state, and it has to be: PortAudio's
@@ -364,7 +365,7 @@ func (s *paStream) pump(fn streamCallback, played playedFunc, finished func(), r
 	ring := unsafe.Slice((*float32)(unsafe.Pointer(b.data)), int(b.cap)*channels)
 	records := unsafe.Slice(&b.rec[0], C.OMNISAT_RECORDS)
 	var scratch, heard []float32
-	wait, err := waiter(s.wake)
+	wait, err := counterwait.Waiter(s.wake) // one wake-up per bump, sysmon left asleep
 	if err != nil {
 		return
 	}
@@ -433,23 +434,6 @@ func (s *paStream) pump(fn streamCallback, played playedFunc, finished func(), r
 			finished = nil
 		}
 	}
-}
-
-// waiter returns a function that sleeps until the eventfd has been bumped and clears it. It
-// reads with a raw system call inside the runtime's poller: a blocking-style read would tell
-// the Go scheduler it enters a system call, which wakes its monitor thread each time (about
-// three extra wake-ups per buffer); a read of a ready eventfd never blocks.
-func waiter(f *os.File) (func() error, error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var tick [8]byte
-	read := func(fd uintptr) bool {
-		_, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&tick[0])), uintptr(len(tick)))
-		return errno != syscall.EAGAIN // done unless nothing was there yet
-	}
-	return func() error { return rc.Read(read) }, nil
 }
 
 // ringRead copies len(dst) samples from ring position at (in samples), wrapping.

@@ -66,11 +66,8 @@ static void process(SpeexEchoState *echo, SpeexPreprocessState *pre, int frame, 
 	}
 }
 
-// A worker thread runs process for Go: Go posts a job by bumping jobfd (a raw write, which the Go
-// scheduler does not see as a system call) and sleeps in the runtime's poller on donefd. A call
-// from Go into C instead tells the scheduler it leaves for a system call, which wakes the
-// runtime's monitor thread (sysmon) from its deep sleep each time: three to four wake-ups per
-// device buffer, more than the worker's one.
+// A worker thread runs process for Go (see the package comment for why): Go posts a job by
+// bumping jobfd with a raw write and sleeps in the runtime's poller on donefd.
 typedef struct {
 	SpeexEchoState *echo;
 	SpeexPreprocessState *pre;
@@ -139,6 +136,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/omnisat/omnisat/internal/counterwait"
 )
 
 // Config sets up a Processor. Zero fields take the defaults of WithDefaults.
@@ -229,13 +228,11 @@ type Processor struct {
 	mic, ref, out []int16
 	irBuf         unsafe.Pointer // the echo path estimate, for EchoDelay
 	ir            []int32
-	// The worker thread (nil: Process calls speexdsp itself), its job counter and the file
-	// of its done counter, which the runtime's poller waits on.
-	worker   *C.worker
-	done     *os.File
-	doneRC   syscall.RawConn
-	tick     [8]byte
-	readDone func(fd uintptr) bool
+	// The worker thread (nil: Process calls speexdsp itself), the file of its done counter and
+	// the wait on it in the runtime's poller.
+	worker *C.worker
+	done   *os.File
+	wait   func() error
 }
 
 // ErrClosed is returned by Process after Close.
@@ -356,18 +353,14 @@ func (p *Processor) startWorker() {
 		return
 	}
 	done := os.NewFile(uintptr(w.donefd), "aec-done")
-	rc, err := done.SyscallConn()
+	wait, err := counterwait.Waiter(done)
 	if err != nil {
 		done.Close()
 		C.worker_stop(w)
 		return
 	}
 	w.echo, w.pre, w.frame = p.echo, p.pre, C.int(p.frame)
-	p.worker, p.done, p.doneRC = w, done, rc
-	p.readDone = func(fd uintptr) bool {
-		_, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p.tick[0])), uintptr(len(p.tick)))
-		return errno != syscall.EAGAIN // done unless the worker has not finished yet
-	}
+	p.worker, p.done, p.wait = w, done, wait
 }
 
 // stopWorker ends the worker thread; Process calls speexdsp itself from then on.
@@ -375,7 +368,7 @@ func (p *Processor) stopWorker() {
 	if p.worker != nil {
 		C.worker_stop(p.worker)
 		p.done.Close()
-		p.worker, p.done, p.doneRC = nil, nil, nil
+		p.worker, p.done, p.wait = nil, nil, nil
 	}
 }
 
@@ -391,10 +384,14 @@ func (p *Processor) onWorker(frames int, mic, ref, out *C.spx_int16_t) bool {
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(w.jobfd), uintptr(unsafe.Pointer(&one)), 8); errno != 0 {
 		return false
 	}
-	if err := p.doneRC.Read(p.readDone); err != nil {
+	if err := p.wait(); err != nil {
 		// Only Close closes the file, and never during Process; should the poller fail all
 		// the same, the job is still the worker's: wait for it without the poller.
-		for !p.readDone(uintptr(w.donefd)) {
+		var count [8]byte
+		for {
+			if _, err := syscall.Read(int(w.donefd), count[:]); err != syscall.EAGAIN {
+				break
+			}
 			time.Sleep(time.Millisecond)
 		}
 	}
