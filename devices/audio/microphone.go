@@ -115,11 +115,12 @@ type Microphone struct {
 	carry   []float32 // the unread part of out (or cleaned)
 	// cleanAfter: the cleaner runs on the resampled stream (the capture rate is above
 	// OutputRate). Its sample indexes are then the resampled stream's: outputs of the stream the
-	// resampler began at capture index fedFrom count from outFrom (fedFrom·ratio, rounded), and
-	// fedTo is the capture index the next input must have to continue that stream.
-	cleanAfter              bool
-	fedFrom, fedTo, outFrom int64
-	outGiven                int64 // outputs of that stream handed to the cleaner
+	// resampler began at capture index k count from outFrom (k·ratio, rounded: outShift more),
+	// and fedTo is the capture index the next input must have to continue that stream.
+	cleanAfter     bool
+	fedTo, outFrom int64
+	outGiven       int64   // outputs of that stream handed to the cleaner
+	outShift       float64 // outFrom − k·ratio, under a sample
 	// refWaitFrom is when Read began waiting for the speaker's record of what it played (zero:
 	// not waiting).
 	refWaitFrom time.Time
@@ -255,7 +256,7 @@ func (m *Microphone) initReader() error {
 		}
 		m.clean = c
 		m.cleaned = make([]float32, 0, max(readChunk, rs.OutputLen(readChunk))+c.frame)
-		m.fedFrom, m.fedTo = -1, -1
+		m.fedTo = -1
 	}
 	m.timer = time.NewTimer(time.Hour)
 	m.timer.Stop()
@@ -405,8 +406,9 @@ func (m *Microphone) resampleThenClean(mono []float32, start int64, timing strea
 			m.out = m.rs.Flush(m.out[:0])
 			m.cleaned = m.clean.process(m.cleaned, m.out, m.outFrom+m.outGiven, m.cleanTiming(timing, ratio))
 		}
-		m.fedFrom, m.fedTo = start, start
-		m.outFrom, m.outGiven = int64(math.Round(float64(start)*ratio)), 0
+		m.fedTo, m.outGiven = start, 0
+		m.outFrom = int64(math.Round(float64(start) * ratio))
+		m.outShift = float64(m.outFrom) - float64(start)*ratio
 	}
 	m.out = m.rs.Process(m.out[:0], mono)
 	m.fedTo += int64(len(mono))
@@ -418,9 +420,8 @@ func (m *Microphone) resampleThenClean(mono []float32, start int64, timing strea
 // cleanTiming is the capture's timing in the resampled stream's samples (see Resampler: output
 // j of a stream stands for the time of its first input plus j/OutputRate).
 func (m *Microphone) cleanTiming(t streamTiming, ratio float64) streamTiming {
-	shift := float64(m.outFrom) - float64(m.fedFrom)*ratio
-	t.base = t.base*ratio + shift
-	t.recent = t.recent*ratio + shift
+	t.base = t.base*ratio + m.outShift
+	t.recent = t.recent*ratio + m.outShift
 	return t
 }
 
