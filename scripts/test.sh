@@ -32,6 +32,13 @@ echo "== package (amd64, arm64; lintian; arm64 under qemu-user; installed into a
 packaging/package.sh
 go test -count=1 -timeout 10m ./packaging
 
+echo "== pipeline on arm64 under qemu-user (the vector code a Raspberry Pi runs)"
+# pipeline is pure Go plus assembly per architecture (dot_*.s); its arm64 form is tested here
+# under qemu-user (installed for the packages above), as the Pi will run it.
+CGO_ENABLED=0 GOARCH=arm64 go test -c -o build/pipeline-arm64.test ./pipeline
+qemu-aarch64-static build/pipeline-arm64.test -test.count=1
+rm -f build/pipeline-arm64.test
+
 echo "== go test -race"
 # cmd/omnisat runs the real binary through minutes of real-time scenes (~5 min on a quiet 2-core
 # machine); the timeout leaves room for a busy one, since every wait in the tests is for a
