@@ -321,6 +321,22 @@ func (p *Playback) FlushAfter(keep time.Duration) {
 	p.inSince, p.outSince = 0, 0
 }
 
+// Cut drops all the queued audio at once, without a fade, and leaves the output as if it had
+// fallen silent already: for a device that fades and drops what it holds itself (the PortAudio
+// speaker's ring). The next audio fades in, after the jitter buffer, as after an underrun.
+func (p *Playback) Cut() {
+	p.playMu.Lock()
+	defer p.playMu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.flushed += int64(p.q.n)
+	p.q.truncate(0)
+	p.rs.Reset() // the held-back tail goes too
+	p.inSince, p.outSince = 0, 0
+	p.residLeft, p.residCur, p.lastOut = 0, 0, 0
+	p.under, p.fadeIn, p.armedAt = true, 0, -1
+}
+
 // Pending is how much queued audio the device has not been handed yet, the resampler's
 // held-back tail included. Audio inside the device's own buffer is not counted.
 func (p *Playback) Pending() time.Duration {

@@ -187,6 +187,38 @@ func TestPlaybackFlush(t *testing.T) {
 			t.Errorf("after the flush a 100 ms reply gave %d samples, want 4800", len(got))
 		}
 	})
+	t.Run("cut", func(t *testing.T) {
+		// Cut: the device fades and drops what it holds itself, so the queue goes at once,
+		// with no fade and no underrun ramp after it (lastOut was mid-sine), and the next
+		// reply fades in.
+		p := pbNew(t, rate)
+		p.Play(pbSine(24000, 24000, 300, 0.5))
+		p.Pull(buf[:4760]) // 29.75 cycles of the sine: the last sample is near its trough
+		p.Cut()
+		if got := p.Pending(); got != 0 {
+			t.Errorf("Pending after Cut = %v, want 0", got)
+		}
+		out := make([]float32, 480)
+		if n := p.Pull(out); n != 0 {
+			t.Errorf("Cut left %d samples", n)
+		}
+		for i, v := range out {
+			if v != 0 {
+				t.Fatalf("sample %d after Cut = %v, want 0 (no underrun ramp)", i, v)
+			}
+		}
+		if st := p.Stats(); st.Flushed == 0 || st.Queued != 0 {
+			t.Errorf("stats after Cut %+v: want the queue counted as flushed", st)
+		}
+		p.Play(pbSine(2400, 24000, 300, 0.5))
+		got := pbPullAll(p, 480)
+		if len(got) != 4800 {
+			t.Errorf("after Cut a 100 ms reply gave %d samples, want 4800", len(got))
+		}
+		if v := math.Abs(float64(got[1])); v > 0.5*2/float64(fade)+1e-3 {
+			t.Errorf("the reply after Cut starts at %v: not faded in", v)
+		}
+	})
 	t.Run("beyond", func(t *testing.T) {
 		p := pbNew(t, rate)
 		p.Play(make([]float32, 2400)) // 100 ms
