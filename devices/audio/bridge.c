@@ -11,7 +11,7 @@
 #include <sys/eventfd.h>
 #include "bridge.h"
 
-omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int graceMs) {
+omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int graceMs, int fadeFrames) {
 	omnisatBridge *b = calloc(1, sizeof(*b));
 	if (!b)
 		return NULL;
@@ -28,6 +28,7 @@ omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int gr
 	b->channels = channels;
 	b->input = input;
 	b->graceMs = graceMs;
+	b->fadeFrames = fadeFrames;
 	return b;
 }
 
@@ -53,6 +54,18 @@ static void ringCopy(omnisatBridge *b, uint64_t pos, float *flat, uint64_t n, in
 	} else {
 		memcpy(flat, ring, first * ch * sizeof(float));
 		memcpy(flat + first * ch, b->data, (n - first) * ch * sizeof(float));
+	}
+}
+
+// fadeOut ramps n frames of the ring from position pos down towards silence, in place, as
+// pipeline.Playback fades a cut: the played record then reads what the device played.
+static void fadeOut(omnisatBridge *b, uint64_t pos, uint64_t n) {
+	uint64_t ch = (uint64_t)b->channels;
+	for (uint64_t i = 0; i < n; i++) {
+		float g = (float)(n - 1 - i) / (float)n;
+		float *f = b->data + ((pos + i) % b->cap) * ch;
+		for (uint64_t c = 0; c < ch; c++)
+			f[c] *= g;
 	}
 }
 
@@ -95,8 +108,22 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 			wake(b);
 			return paContinue;
 		}
-		uint64_t r = b->r, w = __atomic_load_n(&b->w, __ATOMIC_ACQUIRE);
-		if (w - r < frames && w > 0) {
+		uint64_t r = b->r, w = __atomic_load_n(&b->w, __ATOMIC_ACQUIRE), cut = 0;
+		int flush = __atomic_exchange_n(&b->cut, 0, __ATOMIC_ACQUIRE);
+		if (flush) {
+			// A flush (the user talks over the model): play what is queued for a short fade
+			// down to silence and drop the rest, so the device falls silent within this buffer
+			// however far ahead Go has queued. Go writes only beyond w, so the frames before it
+			// are the callback's to change.
+			uint64_t keep = w - r;
+			if (keep > (uint64_t)b->fadeFrames)
+				keep = (uint64_t)b->fadeFrames;
+			if (keep > frames)
+				keep = frames;
+			fadeOut(b, r, keep);
+			cut = w - r - keep;
+			w = r + keep;
+		} else if (w - r < frames && w > 0) {
 			// Go is late with the next frames (a busy board): wake it and give it a few
 			// milliseconds, as a callback into Go would have waited for it; the device's own
 			// buffer covers the wait. Only then play silence in their place.
@@ -110,14 +137,14 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 		uint64_t n = frames < w - r ? frames : w - r;
 		ringCopy(b, r, o, n, 0);
 		memset(o + n * (uint64_t)b->channels, 0, (frames - n) * (uint64_t)b->channels * sizeof(float));
-		if (n < frames && w > 0)
+		if (n < frames && w > 0 && !flush)
 			__atomic_fetch_add(&b->dropped, frames - n, __ATOMIC_RELAXED);
-		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){at, r, frames, n, b->lost, flags};
+		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){at, r, frames, n, b->lost, cut, flags};
 		b->lost = 0;
 		__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
-		__atomic_store_n(&b->r, r + n, __ATOMIC_RELEASE);
+		__atomic_store_n(&b->r, r + n + cut, __ATOMIC_RELEASE);
 		if (w - (r + n) >= frames)
-			return paContinue; // the next buffer is queued already: Go refills at the one after
+			return paContinue; // the next buffer is queued already: Go refills later
 	}
 	wake(b);
 	return paContinue;

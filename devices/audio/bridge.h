@@ -11,13 +11,15 @@
 // it starts in the ring's frame count, how many frames it held and (output) how many of them
 // came from the ring (the rest was silence), how many frames just before it Go never saw
 // (input lost because Go was a whole ring behind; output played as silence when there was no
-// room to record it), and PortAudio's status flags (an xrun: the host restarted the device).
+// room to record it), (output) how many queued frames after it a flush dropped unplayed, and
+// PortAudio's status flags (an xrun: the host restarted the device).
 typedef struct {
 	double at;
 	uint64_t pos;
 	uint64_t frames;
 	uint64_t filled;
 	uint64_t lost;
+	uint64_t cut;
 	uint64_t flags;
 } omnisatRecord;
 
@@ -34,13 +36,15 @@ typedef struct {
 	uint64_t dropped; // input: frames lost because Go fell a ring behind; output: silence played because Go was late
 	uint64_t lost;    // the callback's own: frames since the last record that no record reports yet
 	int32_t finished; // PortAudio stopped the stream
+	int32_t cut;      // output: set by Go, taken by the next callback: fade out and drop what is queued
+	int32_t fadeFrames; // output: the length of that fade
 	int32_t graceMs;  // output: how long a callback waits for Go when the ring runs short
 	int32_t channels;
 	int32_t input;
 	int32_t efd;
 } omnisatBridge;
 
-omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int graceMs);
+omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int graceMs, int fadeFrames);
 void omnisatBridgeFree(omnisatBridge *b);
 int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 	const PaStreamCallbackTimeInfo *timeInfo, PaStreamCallbackFlags flags, void *user);

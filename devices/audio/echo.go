@@ -52,6 +52,9 @@ type EchoReference struct {
 	// asked to watch it: the microphone waits on it for a speaker whose pump is late.
 	advanced chan struct{}
 	watched  bool
+	// service brings the reference up to what the device has played (Speaker.service), so
+	// that the microphone need not wait for the speaker's pump to wake; nil: no speaker yet.
+	service func()
 }
 
 // NewEchoReference makes an empty reference; the speaker sets its rate when it opens.
@@ -138,6 +141,24 @@ func (r *EchoReference) stop() {
 	defer r.mu.Unlock()
 	r.stopped = true
 	r.wakeLocked()
+}
+
+// setService sets what refresh runs (the speaker does, when it opens).
+func (r *EchoReference) setService(f func()) {
+	r.mu.Lock()
+	r.service = f
+	r.mu.Unlock()
+}
+
+// refresh brings the reference up to what the device has played by now, if a speaker is
+// attached. Called without r.mu held: the speaker writes the reference.
+func (r *EchoReference) refresh() {
+	r.mu.Lock()
+	f := r.service
+	r.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // watch returns a channel that is closed when more has been played (or the speaker stopped).
@@ -424,6 +445,9 @@ func newCleaner(cfg CleanConfig, micRate int, log *slog.Logger) (*cleaner, error
 // their reference is there; the rest waits in the cleaner for the next call (mono may be empty:
 // the reference came).
 func (c *cleaner) process(dst, mono []float32, start int64, mic streamTiming) []float32 {
+	if c.align != nil {
+		c.align.ref.refresh() // what the speaker played up to now, without waiting for its pump
+	}
 	if len(mono) > 0 {
 		if c.accStart+int64(len(c.acc)) != start {
 			// A gap (the reader fell behind the device's buffer): what waits cannot wait for

@@ -199,7 +199,7 @@ func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
 	}
 	r, link, rate, ref := m.ring, m.link, m.rate, m.cfg.Clean.Reference
 	first := true // a new stream: a new timeline for the echo canceller
-	cb := func(in, _ []float32, info bufferInfo) {
+	cb := func(in, _ []float32, info bufferInfo) int {
 		if link.current(gen) {
 			r.writeSilence(info.lost) // lost before this buffer: silence keeps the count true
 			if ref != nil {
@@ -209,6 +209,7 @@ func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
 			r.write(in)
 			link.moved(gen)
 		}
+		return 0
 	}
 	s, err := paOpen(dev, true, m.channels, lat, m.rate, captureFrames(m.cfg.FramesPerBuffer, lat, m.rate), cb, nil, func() { link.finished(gen) })
 	if err != nil {

@@ -101,6 +101,7 @@ import (
 	"unsafe"
 
 	"github.com/omnisat/omnisat/internal/counterwait"
+	"github.com/omnisat/omnisat/pipeline"
 )
 
 // pa is the package's only mutable package-level state, and it has to be: PortAudio's
@@ -267,12 +268,13 @@ func paDevices() ([]paDevice, int, int, error) {
 func seconds(t C.PaTime) time.Duration { return time.Duration(float64(t) * float64(time.Second)) }
 
 // paStream is an open callback stream. Its callback runs in C (bridge.c); a pump goroutine,
-// woken once per device buffer through the bridge's eventfd, runs the stream's Go callback.
+// woken through the bridge's eventfd when the callback needs Go, runs the stream's Go side.
 type paStream struct {
 	s      unsafe.Pointer // *C.PaStream
 	bridge *C.omnisatBridge
 	wake   *os.File      // the bridge's eventfd, read through the runtime's poller
 	pumped chan struct{} // closed when the pump has stopped
+	out    *outputPump   // an output stream's Go side; nil for input
 	closed bool
 	lost   int64 // at close: frames dropped (see dropped)
 }
@@ -280,11 +282,29 @@ type paStream struct {
 // streamCallback is what a stream's pump calls: in for an input stream (a buffer the device
 // delivered), out (to fill) for an output stream (frames the device will take next; info.at is
 // when the first of them is expected to). Frames are interleaved float32. It must not block.
-type streamCallback func(in, out []float32, info bufferInfo)
+// An output callback returns how many of out's frames are sound: those come first, silence
+// after them (an input callback returns 0).
+type streamCallback func(in, out []float32, info bufferInfo) int
 
 // playedFunc gets what an output device played, buffer by buffer (the silence it played when
 // the pump was late included).
 type playedFunc func(frames []float32, info bufferInfo)
+
+// outputHooks is what an output stream's Go side asks of its speaker.
+type outputHooks struct {
+	played  playedFunc    // what the device played, buffer by buffer (nil: not wanted)
+	flushes *atomic.Int64 // counts flushes: each new one drops what the ring holds (bridge.c)
+	sound   func() bool   // whether sound waits to be queued
+}
+
+// outputAhead is how much an output stream keeps queued in its ring (at least two device
+// buffers): the device's callback wakes the pump only when less than a buffer is left, so with
+// 12.5 ms buffers the pump wakes every 5–6 buffers instead of every other one, and a microphone
+// that services the speaker at its own buffers (every 50 ms on a Pi-like card, see
+// Speaker.service) keeps it from waking at all. A flush drops what the ring holds within the
+// next device buffer (bridge.c), and a reply starting while it holds silence drops that silence
+// first, so neither an interrupt nor the start of a reply waits behind it.
+const outputAhead = 80 * time.Millisecond
 
 // bufferInfo is what the bridge noted about one device buffer.
 type bufferInfo struct {
@@ -298,6 +318,8 @@ type bufferInfo struct {
 	// xrun: the host reported an overflow or underflow before it (ALSA restarted the device),
 	// so the stream's timeline jumped by an amount nobody counted.
 	xrun bool
+	// cut (output) is how many queued frames after this buffer a flush dropped unplayed.
+	cut int
 }
 
 // xrunFlags are PortAudio's callback flags that say samples were lost or inserted by the host.
@@ -315,7 +337,7 @@ func (b bufferInfo) timeline(first bool) timelineEvent {
 }
 
 func recordInfo(rec C.omnisatRecord) bufferInfo {
-	return bufferInfo{at: float64(rec.at), lost: int(rec.lost), xrun: rec.flags&xrunFlags != 0}
+	return bufferInfo{at: float64(rec.at), lost: int(rec.lost), xrun: rec.flags&xrunFlags != 0, cut: int(rec.cut)}
 }
 
 // maxFramesPerBuffer bounds a stream's buffer.
@@ -326,14 +348,16 @@ const maxFramesPerBuffer = 1 << 16
 // holds 2 s more).
 const bridgeSeconds = 1.0
 
-// paOpen opens and starts a stream on a device; played (output only, may be nil) gets what the
-// device played, finished (may be nil) runs when the stream stops. They and fn run on the
-// stream's pump goroutine. Called under paDo.
+// paOpen opens and starts a stream on a device; out (output streams only) is what its Go side
+// asks of the speaker, finished (may be nil) runs when the stream stops. They and fn run on the
+// stream's pump goroutine (an output stream's also where Speaker.service runs it). Called
+// under paDo.
 func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate, framesPerBuffer int,
-	fn streamCallback, played playedFunc, finished func()) (*paStream, error) {
+	fn streamCallback, out *outputHooks, finished func()) (*paStream, error) {
 	// An output callback may wait for Go up to half its buffer's latency (at most 25 ms).
 	grace := min(25, max(2, int(latency.Milliseconds()/2)))
-	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.uint64_t(max(4096, int(bridgeSeconds*float64(rate)))), C.int(grace))
+	fade := max(1, int(pipeline.PlaybackFade.Seconds()*float64(rate)))
+	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.uint64_t(max(4096, int(bridgeSeconds*float64(rate)))), C.int(grace), C.int(fade))
 	if b == nil {
 		return nil, fmt.Errorf("open stream on %q: no memory for its buffers", dev.name)
 	}
@@ -346,7 +370,13 @@ func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate,
 		return nil, fmt.Errorf("open stream on %q at %d Hz, %d channels: %w", dev.name, rate, channels, err)
 	}
 	st := &paStream{s: s, bridge: b, wake: os.NewFile(uintptr(b.efd), "audio stream wake-up"), pumped: make(chan struct{})}
-	go st.pump(fn, played, finished, rate, channels, input)
+	if !input {
+		if out == nil {
+			out = &outputHooks{}
+		}
+		st.out = newOutputPump(b, channels, rate, fn, *out)
+	}
+	go st.pump(fn, finished, channels, input)
 	if err := paError(C.Pa_StartStream(s)); err != nil {
 		st.close()
 		return nil, fmt.Errorf("start stream on %q: %w", dev.name, err)
@@ -357,26 +387,25 @@ func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate,
 // counter is a pointer to one of the bridge's counters, for atomic access.
 func counter(p *C.uint64_t) *uint64 { return (*uint64)(unsafe.Pointer(p)) }
 
-// pump runs fn for the buffers the callback moved, each time the callback wakes it, until the
-// stream is closed.
-func (s *paStream) pump(fn streamCallback, played playedFunc, finished func(), rate, channels int, input bool) {
+// pump runs the stream's Go side each time the callback wakes it, until the stream is closed:
+// fn for the buffers an input stream delivered, the output pump for an output stream.
+func (s *paStream) pump(fn streamCallback, finished func(), channels int, input bool) {
 	defer close(s.pumped)
 	b := s.bridge
 	ring := unsafe.Slice((*float32)(unsafe.Pointer(b.data)), int(b.cap)*channels)
 	records := unsafe.Slice(&b.rec[0], C.OMNISAT_RECORDS)
-	var scratch, heard []float32
+	var scratch []float32
 	wait, err := counterwait.Waiter(s.wake) // one wake-up per bump, sysmon left asleep
 	if err != nil {
 		return
 	}
-	// Output: frames written; records read; the largest buffer seen.
-	var w, rr, maxFrames uint64
+	var rr uint64 // input: records read
 	for {
 		if err := wait(); err != nil {
 			return // closed
 		}
-		rw := atomic.LoadUint64(counter(&b.rw))
 		if input {
+			rw := atomic.LoadUint64(counter(&b.rw))
 			for ; rr < rw; rr++ {
 				rec := records[rr%C.OMNISAT_RECORDS]
 				n := int(rec.frames) * channels
@@ -388,52 +417,140 @@ func (s *paStream) pump(fn streamCallback, played playedFunc, finished func(), r
 				atomic.StoreUint64(counter(&b.r), uint64(rec.pos+rec.frames))
 			}
 			atomic.StoreUint64(counter(&b.rr), rr)
-		} else if rw > rr {
-			r := atomic.LoadUint64(counter(&b.r))
-			// What the device played, buffer by buffer: the frames it took from the ring (the
-			// record says how many), then silence if the ring ran dry. Those frames are intact:
-			// nothing is written over them before the refill below.
-			if played != nil {
-				for i := rr; i < rw; i++ {
-					rec := records[i%C.OMNISAT_RECORDS]
-					frames, filled := int(rec.frames)*channels, int(rec.filled)*channels
-					if cap(heard) < frames {
-						heard = make([]float32, frames)
-					}
-					ringRead(ring, int(rec.pos)*channels, heard[:filled])
-					clear(heard[filled:frames])
-					played(heard[:frames], recordInfo(rec))
-				}
-			}
-			// Keep the device's next two buffers queued (its largest so far): a buffer it takes
-			// with the next one still queued does not wake this goroutine, so it wakes every
-			// other buffer to queue two more. A callback that finds less than a buffer (a host
-			// running several callbacks in a row, or this goroutine late) wakes it and waits a
-			// little for it (bridge.c), so what is queued ahead, and with it the delay an
-			// interrupt takes to be heard, stays within two buffers.
-			last := records[(rw-1)%C.OMNISAT_RECORDS]
-			maxFrames = max(maxFrames, uint64(last.frames))
-			rr = rw
-			atomic.StoreUint64(counter(&b.rr), rr)
-			queued := w - r
-			if target := 2 * maxFrames; queued < target {
-				k := int(min(target-queued, uint64(b.cap)-queued))
-				if cap(scratch) < k*channels {
-					scratch = make([]float32, k*channels)
-				}
-				// Frame w meets the converter (w - pos) frames after the last buffer's first.
-				at := float64(last.at) + float64(w-uint64(last.pos))/float64(rate)
-				fn(nil, scratch[:k*channels], bufferInfo{at: at})
-				ringWrite(ring, int(w)*channels, scratch[:k*channels])
-				w += uint64(k)
-				atomic.StoreUint64(counter(&b.w), w)
-			}
+		} else {
+			s.out.service()
 		}
 		if finished != nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&b.finished))) != 0 {
 			finished()
 			finished = nil
 		}
 	}
+}
+
+// outputPump is an output stream's Go side: it hands what the device played to the speaker
+// (the echo reference), keeps outputAhead queued in the ring, and passes flushes on to the
+// callback. The stream's pump runs it when the callback wakes it; Speaker.service runs it from
+// other goroutines (the microphone, a flush). One at a time, and never after the stream closed.
+type outputPump struct {
+	mu     sync.Mutex
+	closed bool // the stream is closed: the bridge is gone
+
+	b         *C.omnisatBridge
+	ring      []float32
+	records   []C.omnisatRecord
+	channels  int
+	rate      float64
+	fn        streamCallback
+	hooks     outputHooks
+	flushSeen int64  // the flush count last passed on
+	ahead     uint64 // frames to keep queued
+
+	w, rr      uint64          // frames written; records read
+	soundTo    uint64          // the ring position after the last frame of sound written
+	silenceCut bool            // the silence queued since was dropped for a reply (see service)
+	maxFrames  uint64          // the largest device buffer seen
+	last       C.omnisatRecord // the newest record
+	scratch    []float32
+	heard      []float32
+}
+
+func newOutputPump(b *C.omnisatBridge, channels, rate int, fn streamCallback, hooks outputHooks) *outputPump {
+	o := &outputPump{b: b, channels: channels, rate: float64(rate), fn: fn, hooks: hooks,
+		ring:    unsafe.Slice((*float32)(unsafe.Pointer(b.data)), int(b.cap)*channels),
+		records: unsafe.Slice(&b.rec[0], C.OMNISAT_RECORDS),
+		ahead:   uint64(outputAhead.Seconds() * float64(rate))}
+	if hooks.flushes != nil {
+		o.flushSeen = hooks.flushes.Load() // flushes before this stream have nothing to drop here
+	}
+	return o
+}
+
+// service publishes what the device played since the last call, passes on a flush, and tops
+// the ring up to the larger of outputAhead and two device buffers. It does not block (the
+// callback never holds anything Go waits for) and does not allocate once the buffers have
+// grown to the device's buffer.
+func (o *outputPump) service() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	b, ch := o.b, o.channels
+	cut := false
+	if o.hooks.flushes != nil {
+		if f := o.hooks.flushes.Load(); f != o.flushSeen {
+			o.flushSeen, cut = f, true
+		}
+	}
+	rw := atomic.LoadUint64(counter(&b.rw))
+	if rw > o.rr {
+		// What the device played, buffer by buffer: the frames it took from the ring (the
+		// record says how many), then silence if the ring ran dry. Those frames are intact:
+		// nothing is written over them before the refill below.
+		if o.hooks.played != nil {
+			for i := o.rr; i < rw; i++ {
+				rec := o.records[i%C.OMNISAT_RECORDS]
+				frames, filled := int(rec.frames)*ch, int(rec.filled)*ch
+				if cap(o.heard) < frames {
+					o.heard = make([]float32, frames)
+				}
+				ringRead(o.ring, int(rec.pos)*ch, o.heard[:filled])
+				clear(o.heard[filled:frames])
+				o.hooks.played(o.heard[:frames], recordInfo(rec))
+			}
+		}
+		o.last = o.records[(rw-1)%C.OMNISAT_RECORDS]
+		o.maxFrames = max(o.maxFrames, uint64(o.last.frames))
+		o.rr = rw
+		atomic.StoreUint64(counter(&b.rr), rw)
+	}
+	if o.maxFrames == 0 {
+		return // the device has not asked for anything yet
+	}
+	r := atomic.LoadUint64(counter(&b.r))
+	queued := o.w - r
+	if !cut && !o.silenceCut && o.soundTo <= r && queued > o.maxFrames && o.hooks.sound != nil && o.hooks.sound() {
+		// A reply starts while the ring holds only silence: drop that first, rather than have
+		// the reply wait up to outputAhead behind it. The callback wakes this pump when it has,
+		// and the reply is queued then (queued now, it would be dropped with the silence).
+		// Once per silence: a jitter buffer holding the reply back fills the ring with
+		// silence again, which then plays.
+		cut, o.silenceCut = true, true
+	}
+	cutFlag := (*int32)(unsafe.Pointer(&b.cut))
+	if cut {
+		atomic.StoreInt32(cutFlag, 1)
+	}
+	if atomic.LoadInt32(cutFlag) != 0 {
+		return // what is queued now would be dropped with the rest: refill once the callback has cut
+	}
+	target := max(2*o.maxFrames, o.ahead)
+	if queued >= target {
+		return
+	}
+	k := int(min(target-queued, uint64(b.cap)-queued))
+	if cap(o.scratch) < k*ch {
+		o.scratch = make([]float32, k*ch)
+	}
+	// Frame w meets the converter after the newest buffer and what is queued before w (the
+	// frames a flush dropped never play).
+	last := o.last
+	next := uint64(last.pos + last.filled + last.cut)
+	at := float64(last.at) + (float64(last.frames)+float64(o.w-min(o.w, next)))/o.rate
+	sound := o.fn(nil, o.scratch[:k*ch], bufferInfo{at: at})
+	ringWrite(o.ring, int(o.w)*ch, o.scratch[:k*ch])
+	if sound > 0 {
+		o.soundTo, o.silenceCut = o.w+uint64(sound), false
+	}
+	o.w += uint64(k)
+	atomic.StoreUint64(counter(&b.w), o.w)
+}
+
+// stop makes service do nothing from now on: the bridge is about to be freed.
+func (o *outputPump) stop() {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
 }
 
 // ringRead copies len(dst) samples from ring position at (in samples), wrapping.
@@ -480,6 +597,9 @@ func (s *paStream) close() error {
 	err := paError(C.Pa_CloseStream(s.s))
 	s.wake.Close() // no callback writes to it any more; the pump's Read returns
 	<-s.pumped
+	if s.out != nil {
+		s.out.stop() // Speaker.service may still hold it
+	}
 	s.lost = s.dropped()
 	C.omnisatBridgeFree(s.bridge)
 	return err

@@ -33,7 +33,7 @@ type SpeakerConfig struct {
 	// high latency.
 	Latency time.Duration
 	// FramesPerBuffer per callback; 0 lets PortAudio choose. FlushAfter(0) silences the
-	// output within about the device's buffer and two of these (queued ahead).
+	// output within about the device's buffer and one of these.
 	FramesPerBuffer int
 	// Echo, when set, receives everything the speaker plays (after the volume), for the
 	// microphone's echo canceller.
@@ -84,6 +84,11 @@ type Speaker struct {
 	lost    atomic.Bool
 	drainMu sync.Mutex
 	drain   *devices.PlaybackClock
+
+	// The current stream's Go side, for service; flushes counts FlushAfter(0) calls, which
+	// it passes on to the stream's callback.
+	out     atomic.Pointer[outputPump]
+	flushes atomic.Int64
 }
 
 // speakerChunk is the callback's mono scratch size in frames; bigger buffers are pulled in
@@ -107,6 +112,9 @@ func OpenSpeaker(ctx context.Context, cfg SpeakerConfig, onState func(ok bool, e
 	if err := s.link.openStream(); err != nil {
 		paRelease()
 		return nil, fmt.Errorf("open speaker %q: %w", cfg.Device, err)
+	}
+	if cfg.Echo != nil {
+		cfg.Echo.setService(s.service)
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.done = make(chan struct{})
@@ -162,12 +170,12 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			continue
 		}
 		link, pb, scratch, echo := s.link, s.pb, s.scratch, s.cfg.Echo
-		cb := func(_, out []float32, _ bufferInfo) {
+		cb := func(_, out []float32, _ bufferInfo) int {
 			if !link.current(gen) {
 				clear(out)
-				return
+				return 0
 			}
-			fillOutput(pb, out, ch, scratch)
+			return fillOutput(pb, out, ch, scratch)
 		}
 		var mono []float32
 		if echo != nil {
@@ -184,28 +192,30 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			}
 			first = false
 		}
-		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb, played, func() { link.finished(gen) })
+		hooks := &outputHooks{played: played, flushes: &s.flushes, sound: func() bool { return pb.Pending() > 0 }}
+		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb, hooks, func() { link.finished(gen) })
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		s.channels = ch
+		s.out.Store(st.out)
 		return st, dev.name, nil
 	}
 	return nil, dev.name, errors.Join(errs...)
 }
 
 // fillOutput is the stream's work: pull mono samples for out's frames and spread them over
-// ch interleaved channels. It does not allocate.
-func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32) {
+// ch interleaved channels. It returns how many frames came from the queue (the rest is
+// silence) and does not allocate.
+func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32) int {
 	if ch == 1 {
-		pb.Pull(out)
-		return
+		return pb.Pull(out)
 	}
-	frames := len(out) / ch
+	frames, sound := len(out)/ch, 0
 	for done := 0; done < frames; {
 		n := min(frames-done, len(scratch))
-		pb.Pull(scratch[:n])
+		sound += pb.Pull(scratch[:n])
 		dst := out[done*ch : (done+n)*ch]
 		if ch == 2 {
 			for i, v := range scratch[:n] {
@@ -222,6 +232,7 @@ func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32)
 		done += n
 	}
 	clear(out[frames*ch:])
+	return sound
 }
 
 // writeEcho hands what the device played (ch interleaved channels carrying one signal, as the
@@ -280,17 +291,35 @@ func (s *Speaker) catchUp() {
 	s.drainMu.Unlock()
 }
 
+// service runs the stream's Go side now (see outputPump.service): publish what the device
+// played, pass a flush on, top the ring up. Its pump runs it when the callback asks; a
+// microphone sharing the echo reference runs it at each of its buffers (it needs what was
+// played up to now), Play when a reply starts and FlushAfter at once.
+func (s *Speaker) service() {
+	if o := s.out.Load(); o != nil {
+		o.service()
+	}
+}
+
 // Play queues 24 kHz mono samples (agent.Speaker); it does not wait for the device.
 func (s *Speaker) Play(samples []float32) {
 	s.catchUp()
 	s.pb.Play(samples)
+	s.service() // a reply starting need not wait for the pump (see outputPump.service)
 }
 
 // FlushAfter drops queued audio beyond keep (agent.Speaker); FlushAfter(0) silences the
-// output within the device's buffer and the two buffers queued ahead of it, with a 3 ms fade.
+// output within the device's buffer and one more buffer, with a 3 ms fade: what the stream's
+// ring holds ahead of the device is faded and dropped by its callback.
 func (s *Speaker) FlushAfter(keep time.Duration) {
 	s.catchUp()
-	s.pb.FlushAfter(keep)
+	if keep > 0 || s.lost.Load() {
+		s.pb.FlushAfter(keep)
+		return
+	}
+	s.pb.Cut()
+	s.flushes.Add(1)
+	s.service()
 }
 
 // Pending is the queued audio not yet handed to the device (agent.Speaker). The device's own
@@ -308,7 +337,8 @@ func (s *Speaker) SetVolume(v int) { s.pb.SetVolume(v) }
 func (s *Speaker) Volume() int { return s.pb.Volume() }
 
 // Position is how much queued audio has been handed to the device (or, while it was lost,
-// consumed in its place) since the speaker opened.
+// consumed in its place) since the speaker opened; a flush may drop up to outputAhead of it
+// before it is played.
 func (s *Speaker) Position() time.Duration {
 	s.catchUp()
 	return s.pb.Position()

@@ -1,0 +1,114 @@
+package audio
+
+// bridgeProbe runs the bridge's output callback (bridge.c) on buffers a test makes up, without
+// a device or a PortAudio stream, so that a flush's fade and cut, the records, the drop counts
+// and when the callback wakes Go are checked on the C code itself (bridge_test.go). Only the
+// tests use it; it lives here because cgo is not allowed in test files.
+
+/*
+#cgo pkg-config: portaudio-2.0
+#include <stdint.h>
+#include <unistd.h>
+#include <portaudio.h>
+#include "bridge.h"
+
+static int omnisatProbeOutput(omnisatBridge *b, float *out, unsigned long frames, double at) {
+	PaStreamCallbackTimeInfo ti = {0};
+	ti.outputBufferDacTime = at;
+	return omnisatBridgeCallback(NULL, out, frames, &ti, 0, b);
+}
+
+static uint64_t omnisatProbeWakes(omnisatBridge *b) {
+	uint64_t n = 0;
+	if (read(b->efd, &n, sizeof(n)) != sizeof(n))
+		return 0;
+	return n;
+}
+*/
+import "C"
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// An output bridge with the test standing in for both sides: the pump (Write, Cut, Records)
+// and the device (Take).
+type bridgeProbe struct {
+	b        *C.omnisatBridge
+	channels int
+	ring     []float32
+	w, rr    uint64
+}
+
+// Record is what the callback noted about one buffer (see omnisatRecord).
+type probeRecord struct {
+	At                             float64
+	Pos, Frames, Filled, Lost, Cut uint64
+}
+
+// newBridgeProbe makes an output bridge with a ring of ringFrames frames and a flush fade of
+// fadeFrames; the callback never waits for Go (grace 0).
+func newBridgeProbe(channels, ringFrames, fadeFrames int) *bridgeProbe {
+	b := C.omnisatBridgeNew(0, C.int(channels), C.uint64_t(ringFrames), 0, C.int(fadeFrames))
+	if b == nil {
+		panic("bridge probe: no memory")
+	}
+	return &bridgeProbe{b: b, channels: channels, ring: unsafe.Slice((*float32)(unsafe.Pointer(b.data)), ringFrames*channels)}
+}
+
+// Free releases the bridge and its eventfd.
+func (o *bridgeProbe) Free() {
+	C.close(o.b.efd)
+	C.omnisatBridgeFree(o.b)
+}
+
+// Write queues interleaved frames behind what is queued, as the pump does.
+func (o *bridgeProbe) Write(frames []float32) {
+	at := int(o.w) * o.channels % len(o.ring)
+	k := copy(o.ring[at:], frames)
+	copy(o.ring, frames[k:])
+	o.w += uint64(len(frames) / o.channels)
+	atomic.StoreUint64(counter(&o.b.w), o.w)
+}
+
+// Take runs the callback for one device buffer of frames and returns what it played.
+func (o *bridgeProbe) Take(frames int, at float64) []float32 {
+	out := make([]float32, frames*o.channels)
+	C.omnisatProbeOutput(o.b, (*C.float)(unsafe.Pointer(&out[0])), C.ulong(frames), C.double(at))
+	return out
+}
+
+// Cut asks the next callback to drop what is queued, as a flush does.
+func (o *bridgeProbe) Cut() { atomic.StoreInt32((*int32)(unsafe.Pointer(&o.b.cut)), 1) }
+
+// Records returns the records written since the last call, and marks them read.
+func (o *bridgeProbe) Records() []probeRecord {
+	rw := atomic.LoadUint64(counter(&o.b.rw))
+	var recs []probeRecord
+	for ; o.rr < rw; o.rr++ {
+		r := o.b.rec[o.rr%C.OMNISAT_RECORDS]
+		recs = append(recs, probeRecord{At: float64(r.at), Pos: uint64(r.pos), Frames: uint64(r.frames),
+			Filled: uint64(r.filled), Lost: uint64(r.lost), Cut: uint64(r.cut)})
+	}
+	atomic.StoreUint64(counter(&o.b.rr), o.rr)
+	return recs
+}
+
+// Queued is how many frames are queued ahead of the device.
+func (o *bridgeProbe) Queued() uint64 { return o.w - atomic.LoadUint64(counter(&o.b.r)) }
+
+// Ring is the ring's frames from position pos on (n frames), as the pump reads what was played.
+func (o *bridgeProbe) Ring(pos uint64, n int) []float32 {
+	out := make([]float32, n*o.channels)
+	at := int(pos) * o.channels % len(o.ring)
+	k := copy(out, o.ring[at:])
+	copy(out[k:], o.ring)
+	return out
+}
+
+// Wakes is how many times the callback woke Go since the last call.
+func (o *bridgeProbe) Wakes() uint64 { return uint64(C.omnisatProbeWakes(o.b)) }
+
+// Dropped is the bridge's count of frames played as silence because Go was late.
+func (o *bridgeProbe) Dropped() uint64 { return atomic.LoadUint64(counter(&o.b.dropped)) }

@@ -1,0 +1,113 @@
+package audio
+
+import "testing"
+
+// ramp is n interleaved frames of ch channels whose frame i holds start+i on every channel.
+func ramp(n, ch int, start float32) []float32 {
+	s := make([]float32, n*ch)
+	for i := range n {
+		for c := range ch {
+			s[i*ch+c] = start + float32(i)
+		}
+	}
+	return s
+}
+
+// TestFlushFadesAndDrops queues many buffers, flushes, and checks that the next buffer plays a
+// fade of what was queued down to silence, that the rest is dropped (the record says how much,
+// it is not counted as Go being late), that the callback wakes Go to refill, and that what Go
+// queues after the flush plays next.
+func TestFlushFadesAndDrops(t *testing.T) {
+	for _, ch := range []int{1, 2} {
+		const buf, fade = 64, 16
+		o := newBridgeProbe(ch, 4096, fade)
+		defer o.Free()
+		o.Write(ramp(10*buf, ch, 1))
+		first := o.Take(buf, 1.0)
+		if first[0] != 1 || first[(buf-1)*ch] != buf {
+			t.Fatalf("%d channels: the first buffer is not the queued ramp: %v...", ch, first[:4])
+		}
+		if w := o.Wakes(); w != 0 {
+			t.Errorf("%d channels: the callback woke Go %d times with 9 buffers still queued", ch, w)
+		}
+		o.Records()
+
+		o.Cut()
+		played := o.Take(buf, 2.0)
+		for i := range buf {
+			want := float32(0)
+			if i < fade {
+				want = float32(buf+1+i) * float32(fade-1-i) / fade
+			}
+			for c := range ch {
+				if got := played[i*ch+c]; got != want {
+					t.Fatalf("%d channels: frame %d channel %d after the flush: %g, want %g", ch, i, c, got, want)
+				}
+			}
+		}
+		recs := o.Records()
+		if len(recs) != 1 {
+			t.Fatalf("%d channels: %d records for one buffer", ch, len(recs))
+		}
+		if r := recs[0]; r.Pos != buf || r.Frames != buf || r.Filled != fade || r.Cut != 9*buf-fade {
+			t.Errorf("%d channels: record after the flush %+v, want pos %d, frames %d, filled %d, cut %d", ch, r, buf, buf, fade, 9*buf-fade)
+		}
+		// What the record says was played is what the device played: the faded frames.
+		if got := o.Ring(recs[0].Pos, fade); got[ch] != played[ch] {
+			t.Errorf("%d channels: the ring holds %g where the device played %g: the echo reference would differ", ch, got[ch], played[ch])
+		}
+		if o.Queued() != 0 {
+			t.Errorf("%d channels: %d frames still queued after the flush", ch, o.Queued())
+		}
+		if o.Dropped() != 0 {
+			t.Errorf("%d channels: the flush counted %d frames as Go being late", ch, o.Dropped())
+		}
+		if w := o.Wakes(); w == 0 {
+			t.Errorf("%d channels: the callback did not wake Go to refill after the flush", ch)
+		}
+
+		o.Write(ramp(2*buf, ch, 1000))
+		next := o.Take(buf, 3.0)
+		if next[0] != 1000 {
+			t.Errorf("%d channels: after the flush the device played %g, want the new audio (1000)", ch, next[0])
+		}
+		if r := o.Records(); len(r) != 1 || r[0].Pos != 10*buf || r[0].Filled != buf || r[0].Cut != 0 {
+			t.Errorf("%d channels: record after the refill %+v", ch, r)
+		}
+	}
+}
+
+// TestFlushOfAShortQueue flushes with less than a fade queued: what is queued fades out over
+// its own length, nothing is dropped.
+func TestFlushOfAShortQueue(t *testing.T) {
+	o := newBridgeProbe(1, 1024, 32)
+	defer o.Free()
+	o.Write(ramp(64+8, 1, 1))
+	o.Take(64, 1)
+	o.Records()
+	o.Cut()
+	played := o.Take(64, 2)
+	for i := range 8 {
+		if want := float32(65+i) * float32(7-i) / 8; played[i] != want {
+			t.Fatalf("frame %d: %g, want %g", i, played[i], want)
+		}
+	}
+	if r := o.Records(); r[0].Filled != 8 || r[0].Cut != 0 {
+		t.Errorf("record %+v, want filled 8, cut 0", r[0])
+	}
+}
+
+// TestWakesWhenLessThanABufferIsLeft: without a flush the callback wakes Go only when the buffer
+// it took leaves less than one queued, so a deeper queue means fewer wake-ups.
+func TestWakesWhenLessThanABufferIsLeft(t *testing.T) {
+	o := newBridgeProbe(1, 4096, 16)
+	defer o.Free()
+	o.Write(ramp(6*64, 1, 1))
+	for i := range 6 {
+		o.Take(64, float64(i))
+		w := o.Wakes()
+		if left := 5 - i; left >= 1 && w != 0 || left < 1 && w != 1 {
+			t.Errorf("buffer %d (%d left queued): %d wake-ups", i, left, w)
+		}
+	}
+}
