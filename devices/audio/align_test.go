@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -450,6 +451,8 @@ func TestMicrophoneWaitsForTheSpeaker(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			ref := NewEchoReference()
 			ref.attach(rate)
+			var serviced, asked atomic.Int32 // what a speaker gets asked (Speaker.service, wantPlayed)
+			ref.setSpeaker(func() { serviced.Add(1) }, func() { asked.Add(1) })
 			m := &Microphone{cfg: MicConfig{Channel: Mixdown, Clean: CleanConfig{Echo: EchoAEC, Reference: ref}},
 				rate: rate, channels: 1, gain: 1, done: make(chan struct{})}
 			m.link = newLink("microphone", "read", "test", nil, nil)
@@ -497,6 +500,14 @@ func TestMicrophoneWaitsForTheSpeaker(t *testing.T) {
 			t.Logf("%d samples out; %+v", got, st)
 			if st.Waits == 0 {
 				t.Error("Read did not wait for the speaker")
+			}
+			if st.Waited <= 0 {
+				t.Errorf("Read waited %d times for %v in all", st.Waits, st.Waited)
+			}
+			// Before waiting, the microphone brings the reference up to date itself and asks the
+			// speaker for what it plays next as soon as it has.
+			if serviced.Load() == 0 || asked.Load() == 0 {
+				t.Errorf("the speaker was serviced %d times and asked %d times for what it plays next", serviced.Load(), asked.Load())
 			}
 			if want := how == "never"; (st.Unknown > 0) != want {
 				t.Errorf("%d frames muted for want of a reference, want some: %v", st.Unknown, want)

@@ -143,7 +143,10 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 		b->lost = 0;
 		__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
 		__atomic_store_n(&b->r, r + n + cut, __ATOMIC_RELEASE);
-		if (w - (r + n) >= frames)
+		// Someone waits for what was played (the microphone, for its echo reference): wake Go
+		// now, however much is queued.
+		int eager = __atomic_exchange_n(&b->eager, 0, __ATOMIC_ACQ_REL);
+		if (w - (r + n) >= frames && !eager)
 			return paContinue; // the next buffer is queued already: Go refills later
 	}
 	wake(b);

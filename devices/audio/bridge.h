@@ -37,6 +37,7 @@ typedef struct {
 	uint64_t lost;    // the callback's own: frames since the last record that no record reports yet
 	int32_t finished; // PortAudio stopped the stream
 	int32_t cut;      // output: set by Go, taken by the next callback: fade out and drop what is queued
+	int32_t eager;    // output: set by Go, taken by the next callback: wake Go however much is queued
 	int32_t fadeFrames; // output: the length of that fade
 	int32_t graceMs;  // output: how long a callback waits for Go when the ring runs short
 	int32_t channels;

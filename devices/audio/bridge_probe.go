@@ -79,6 +79,9 @@ func (o *bridgeProbe) Take(frames int, at float64) []float32 {
 	return out
 }
 
+// Eager asks the next callback to wake Go whatever is queued, as Speaker.wantPlayed does.
+func (o *bridgeProbe) Eager() { atomic.StoreInt32((*int32)(unsafe.Pointer(&o.b.eager)), 1) }
+
 // Cut asks the next callback to drop what is queued, as a flush does.
 func (o *bridgeProbe) Cut() { atomic.StoreInt32((*int32)(unsafe.Pointer(&o.b.cut)), 1) }
 

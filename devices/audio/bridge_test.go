@@ -111,3 +111,24 @@ func TestWakesWhenLessThanABufferIsLeft(t *testing.T) {
 		}
 	}
 }
+
+// TestEagerWakesOnce: asked to (the microphone waits for what is played), the next callback
+// wakes Go although plenty is queued; the one after does not.
+func TestEagerWakesOnce(t *testing.T) {
+	o := newBridgeProbe(1, 4096, 16)
+	defer o.Free()
+	o.Write(ramp(8*64, 1, 1))
+	o.Take(64, 0)
+	if w := o.Wakes(); w != 0 {
+		t.Fatalf("%d wake-ups with 7 buffers queued", w)
+	}
+	o.Eager()
+	o.Take(64, 1)
+	if w := o.Wakes(); w != 1 {
+		t.Errorf("asked to wake Go: %d wake-ups", w)
+	}
+	o.Take(64, 2)
+	if w := o.Wakes(); w != 0 {
+		t.Errorf("the callback after: %d wake-ups, want 0", w)
+	}
+}

@@ -53,8 +53,9 @@ type EchoReference struct {
 	advanced chan struct{}
 	watched  bool
 	// service brings the reference up to what the device has played (Speaker.service), so
-	// that the microphone need not wait for the speaker's pump to wake; nil: no speaker yet.
-	service func()
+	// that the microphone need not wait for the speaker's pump to wake; wanted asks for the
+	// next buffer the device plays as soon as it has (Speaker.wantPlayed). nil: no speaker yet.
+	service, wanted func()
 }
 
 // NewEchoReference makes an empty reference; the speaker sets its rate when it opens.
@@ -143,10 +144,10 @@ func (r *EchoReference) stop() {
 	r.wakeLocked()
 }
 
-// setService sets what refresh runs (the speaker does, when it opens).
-func (r *EchoReference) setService(f func()) {
+// setSpeaker sets what refresh runs and what watch asks for (the speaker does, when it opens).
+func (r *EchoReference) setSpeaker(service, wanted func()) {
 	r.mu.Lock()
-	r.service = f
+	r.service, r.wanted = service, wanted
 	r.mu.Unlock()
 }
 
@@ -161,12 +162,17 @@ func (r *EchoReference) refresh() {
 	}
 }
 
-// watch returns a channel that is closed when more has been played (or the speaker stopped).
+// watch returns a channel that is closed when more has been played (or the speaker stopped),
+// and asks the speaker for what it plays next as soon as it has played it.
 func (r *EchoReference) watch() <-chan struct{} {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.watched = true
-	return r.advanced
+	ch, wanted := r.advanced, r.wanted
+	r.mu.Unlock()
+	if wanted != nil {
+		wanted()
+	}
+	return ch
 }
 
 // refState is whether a stretch of the reference can be known.
@@ -403,13 +409,14 @@ type frameInfo struct {
 
 // CleanStats are the cleaner's counters.
 type CleanStats struct {
-	Frames      int64 // frames processed
-	MutedFrames int64 // frames replaced by silence: mute mode, learning, a disputed alignment, an unknown reference
-	Slips       int64 // times the reference was (re-)aligned: the start, a stream restarted, an echo that moved
-	Kept        int64 // times the timestamps moved but the canceller showed the echo had not: alignment kept
-	Waits       int64 // times the microphone waited for the speaker's record of what it played
-	Unknown     int64 // frames whose reference never came or was overwritten (muted)
-	Wary        int64 // frames protected because the latest timestamps hinted at a move
+	Frames      int64         // frames processed
+	MutedFrames int64         // frames replaced by silence: mute mode, learning, a disputed alignment, an unknown reference
+	Slips       int64         // times the reference was (re-)aligned: the start, a stream restarted, an echo that moved
+	Kept        int64         // times the timestamps moved but the canceller showed the echo had not: alignment kept
+	Waits       int64         // times the microphone waited for the speaker's record of what it played
+	Waited      time.Duration // how long it waited in all
+	Unknown     int64         // frames whose reference never came or was overwritten (muted)
+	Wary        int64         // frames protected because the latest timestamps hinted at a move
 }
 
 func newCleaner(cfg CleanConfig, micRate int, log *slog.Logger) (*cleaner, error) {

@@ -318,11 +318,11 @@ func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
 					}
 				} else {
 					m.clean.abandon()
-					m.refWaitFrom = time.Time{}
+					m.endRefWait(now)
 					continue
 				}
 			} else {
-				m.refWaitFrom = time.Time{}
+				m.endRefWait(now)
 			}
 		}
 		// Sleep until the device delivers (the callback, or a loss, wakes the ring), the
@@ -344,6 +344,19 @@ func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
 		}
 		m.timer.Stop()
 	}
+}
+
+// endRefWait notes that Read no longer waits for the speaker's record (now: zero for the
+// current time, read only when it was waiting).
+func (m *Microphone) endRefWait(now time.Time) {
+	if m.refWaitFrom.IsZero() {
+		return
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	m.clean.stats.Waited += now.Sub(m.refWaitFrom)
+	m.refWaitFrom = time.Time{}
 }
 
 // refPatience is how long the microphone waits for the speaker's record of what it played
@@ -381,7 +394,7 @@ func (m *Microphone) fill(p []float32) int {
 			ready = m.out
 		}
 		if m.clean != nil && len(ready) > 0 {
-			m.refWaitFrom = time.Time{}
+			m.endRefWait(time.Time{})
 		}
 		if len(ready) == 0 {
 			if len(mono) == 0 {
@@ -486,6 +499,9 @@ func (m *Microphone) Close() error {
 		m.ring.wake()
 		m.readMu.Lock() // Read sees done and returns; the cleaner's C state can go
 		if m.clean != nil {
+			st := m.clean.counters()
+			m.link.log.Debug("audio: echo canceller at close", "frames", st.Frames, "muted", st.MutedFrames,
+				"slips", st.Slips, "waits", st.Waits, "waited", st.Waited, "unknown", st.Unknown)
 			m.clean.close()
 		}
 		m.readMu.Unlock()

@@ -546,6 +546,16 @@ func (o *outputPump) service() {
 	atomic.StoreUint64(counter(&b.w), o.w)
 }
 
+// wakeNext asks the device's next callback to wake the pump whatever is queued: someone waits
+// for what it plays (the microphone, for its echo reference; see Speaker.wantPlayed).
+func (o *outputPump) wakeNext() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.closed {
+		atomic.StoreInt32((*int32)(unsafe.Pointer(&o.b.eager)), 1)
+	}
+}
+
 // stop makes service do nothing from now on: the bridge is about to be freed.
 func (o *outputPump) stop() {
 	o.mu.Lock()

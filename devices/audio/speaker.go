@@ -114,7 +114,7 @@ func OpenSpeaker(ctx context.Context, cfg SpeakerConfig, onState func(ok bool, e
 		return nil, fmt.Errorf("open speaker %q: %w", cfg.Device, err)
 	}
 	if cfg.Echo != nil {
-		cfg.Echo.setService(s.service)
+		cfg.Echo.setSpeaker(s.service, s.wantPlayed)
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.done = make(chan struct{})
@@ -298,6 +298,15 @@ func (s *Speaker) catchUp() {
 func (s *Speaker) service() {
 	if o := s.out.Load(); o != nil {
 		o.service()
+	}
+}
+
+// wantPlayed: the microphone waits for what the device plays next (its echo reference), which
+// service has not found yet: the device's next callback wakes the pump instead of waiting for
+// the ring to run low.
+func (s *Speaker) wantPlayed() {
+	if o := s.out.Load(); o != nil {
+		o.wakeNext()
 	}
 }
 
