@@ -84,6 +84,12 @@ func (l *link) moved(g int64) {
 	}
 }
 
+// deliveredWithin reports whether the callbacks moved frames within d before now.
+func (l *link) deliveredWithin(now time.Time, d time.Duration) bool {
+	at := l.movedAt.Load()
+	return at != 0 && now.Sub(time.Unix(0, at)) < d
+}
+
 // finished is the stream's finished callback for generation g: the supervisor looks at once.
 // Closing a stream ourselves moves the generation first, so that is not a loss.
 func (l *link) finished(g int64) {

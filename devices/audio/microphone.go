@@ -313,7 +313,11 @@ func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
 				}
 				if left := refPatience - now.Sub(m.refWaitFrom); left > 0 {
 					played = ch
-					if wait == 0 || left < wait {
+					// While the device delivers, its next buffer wakes Read within tens of
+					// milliseconds (and a device that stops is declared lost, which wakes it
+					// too): a timer of its own, reset at every wait, would only leave the
+					// runtime stale timers to wake up for.
+					if !m.link.deliveredWithin(now, refPatience/4) && (wait == 0 || left < wait) {
 						wait = left
 					}
 				} else {
