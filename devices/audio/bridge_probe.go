@@ -41,7 +41,7 @@ type bridgeProbe struct {
 	w, rr    uint64
 }
 
-// Record is what the callback noted about one buffer (see omnisatRecord).
+// probeRecord is what the callback noted about one buffer (see omnisatRecord).
 type probeRecord struct {
 	At                             float64
 	Pos, Frames, Filled, Lost, Cut uint64
@@ -54,7 +54,7 @@ func newBridgeProbe(channels, ringFrames, fadeFrames int) *bridgeProbe {
 	if b == nil {
 		panic("bridge probe: no memory")
 	}
-	return &bridgeProbe{b: b, channels: channels, ring: unsafe.Slice((*float32)(unsafe.Pointer(b.data)), ringFrames*channels)}
+	return &bridgeProbe{b: b, channels: channels, ring: bridgeRing(b, channels)}
 }
 
 // Free releases the bridge and its eventfd.
@@ -65,9 +65,7 @@ func (o *bridgeProbe) Free() {
 
 // Write queues interleaved frames behind what is queued, as the pump does.
 func (o *bridgeProbe) Write(frames []float32) {
-	at := int(o.w) * o.channels % len(o.ring)
-	k := copy(o.ring[at:], frames)
-	copy(o.ring, frames[k:])
+	ringWrite(o.ring, int(o.w)*o.channels, frames)
 	o.w += uint64(len(frames) / o.channels)
 	atomic.StoreUint64(counter(&o.b.w), o.w)
 }
@@ -80,10 +78,10 @@ func (o *bridgeProbe) Take(frames int, at float64) []float32 {
 }
 
 // Eager asks the next callback to wake Go whatever is queued, as Speaker.wantPlayed does.
-func (o *bridgeProbe) Eager() { atomic.StoreInt32((*int32)(unsafe.Pointer(&o.b.eager)), 1) }
+func (o *bridgeProbe) Eager() { atomic.StoreInt32(flag(&o.b.eager), 1) }
 
 // Cut asks the next callback to drop what is queued, as a flush does.
-func (o *bridgeProbe) Cut() { atomic.StoreInt32((*int32)(unsafe.Pointer(&o.b.cut)), 1) }
+func (o *bridgeProbe) Cut() { atomic.StoreInt32(flag(&o.b.cut), 1) }
 
 // Records returns the records written since the last call, and marks them read.
 func (o *bridgeProbe) Records() []probeRecord {
@@ -104,9 +102,7 @@ func (o *bridgeProbe) Queued() uint64 { return o.w - atomic.LoadUint64(counter(&
 // Ring is the ring's frames from position pos on (n frames), as the pump reads what was played.
 func (o *bridgeProbe) Ring(pos uint64, n int) []float32 {
 	out := make([]float32, n*o.channels)
-	at := int(pos) * o.channels % len(o.ring)
-	k := copy(out, o.ring[at:])
-	copy(out[k:], o.ring)
+	ringRead(o.ring, int(pos)*o.channels, out)
 	return out
 }
 

@@ -318,8 +318,6 @@ type bufferInfo struct {
 	// xrun: the host reported an overflow or underflow before it (ALSA restarted the device),
 	// so the stream's timeline jumped by an amount nobody counted.
 	xrun bool
-	// cut (output) is how many queued frames after this buffer a flush dropped unplayed.
-	cut int
 }
 
 // xrunFlags are PortAudio's callback flags that say samples were lost or inserted by the host.
@@ -337,7 +335,7 @@ func (b bufferInfo) timeline(first bool) timelineEvent {
 }
 
 func recordInfo(rec C.omnisatRecord) bufferInfo {
-	return bufferInfo{at: float64(rec.at), lost: int(rec.lost), xrun: rec.flags&xrunFlags != 0, cut: int(rec.cut)}
+	return bufferInfo{at: float64(rec.at), lost: int(rec.lost), xrun: rec.flags&xrunFlags != 0}
 }
 
 // maxFramesPerBuffer bounds a stream's buffer.
@@ -387,13 +385,25 @@ func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate,
 // counter is a pointer to one of the bridge's counters, for atomic access.
 func counter(p *C.uint64_t) *uint64 { return (*uint64)(unsafe.Pointer(p)) }
 
+// flag is a pointer to one of the bridge's flags, for atomic access.
+func flag(p *C.int32_t) *int32 { return (*int32)(unsafe.Pointer(p)) }
+
+// bridgeRing is the bridge's ring of interleaved frames and bridgeRecords its records, as Go
+// slices over the C memory.
+func bridgeRing(b *C.omnisatBridge, channels int) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Pointer(b.data)), int(b.cap)*channels)
+}
+
+func bridgeRecords(b *C.omnisatBridge) []C.omnisatRecord {
+	return unsafe.Slice(&b.rec[0], C.OMNISAT_RECORDS)
+}
+
 // pump runs the stream's Go side each time the callback wakes it, until the stream is closed:
 // fn for the buffers an input stream delivered, the output pump for an output stream.
 func (s *paStream) pump(fn streamCallback, finished func(), channels int, input bool) {
 	defer close(s.pumped)
 	b := s.bridge
-	ring := unsafe.Slice((*float32)(unsafe.Pointer(b.data)), int(b.cap)*channels)
-	records := unsafe.Slice(&b.rec[0], C.OMNISAT_RECORDS)
+	ring, records := bridgeRing(b, channels), bridgeRecords(b)
 	var scratch []float32
 	wait, err := counterwait.Waiter(s.wake) // one wake-up per bump, sysmon left asleep
 	if err != nil {
@@ -420,7 +430,7 @@ func (s *paStream) pump(fn streamCallback, finished func(), channels int, input 
 		} else {
 			s.out.service()
 		}
-		if finished != nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&b.finished))) != 0 {
+		if finished != nil && atomic.LoadInt32(flag(&b.finished)) != 0 {
 			finished()
 			finished = nil
 		}
@@ -456,9 +466,8 @@ type outputPump struct {
 
 func newOutputPump(b *C.omnisatBridge, channels, rate int, fn streamCallback, hooks outputHooks) *outputPump {
 	o := &outputPump{b: b, channels: channels, rate: float64(rate), fn: fn, hooks: hooks,
-		ring:    unsafe.Slice((*float32)(unsafe.Pointer(b.data)), int(b.cap)*channels),
-		records: unsafe.Slice(&b.rec[0], C.OMNISAT_RECORDS),
-		ahead:   uint64(outputAhead.Seconds() * float64(rate))}
+		ring: bridgeRing(b, channels), records: bridgeRecords(b),
+		ahead: uint64(outputAhead.Seconds() * float64(rate))}
 	if hooks.flushes != nil {
 		o.flushSeen = hooks.flushes.Load() // flushes before this stream have nothing to drop here
 	}
@@ -517,7 +526,7 @@ func (o *outputPump) service() {
 		// silence again, which then plays.
 		cut, o.silenceCut = true, true
 	}
-	cutFlag := (*int32)(unsafe.Pointer(&b.cut))
+	cutFlag := flag(&b.cut)
 	if cut {
 		atomic.StoreInt32(cutFlag, 1)
 	}
@@ -552,7 +561,7 @@ func (o *outputPump) wakeNext() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.closed {
-		atomic.StoreInt32((*int32)(unsafe.Pointer(&o.b.eager)), 1)
+		atomic.StoreInt32(flag(&o.b.eager), 1)
 	}
 }
 
