@@ -353,6 +353,19 @@ func TestFaultWrongDialect(t *testing.T) {
 	})
 	r.halt()
 	elapsed := time.Since(began)
+	// The server sees a socket end a moment after the client has closed it (its reader gets the
+	// close frame or EOF, then records it): give it that moment, bounded, before judging.
+	allLeft := func() bool {
+		for _, rec := range sim.Sessions() {
+			if rec.LeftAt.IsZero() && rec.EndedAt.IsZero() {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(10 * time.Second); !allLeft() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	recs := sim.Sessions()
 	for _, rec := range recs {
 		if !rec.CreatedAt.IsZero() || len(rec.Appends) > 0 {
