@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -59,17 +60,23 @@ func loadAndHold(path string, o loadOptions) (*fileConfig, func(), error) {
 }
 
 // holdPortAudio keeps PortAudio initialised until the returned function is called, when the
-// audio section names a PortAudio device ("auto" lists them too).
+// audio section names a PortAudio device ("auto" lists them too). It declares the devices the
+// section can open, fallbacks included, so that PortAudio's start-up probe leaves out the
+// ALSA plugin devices none of them names (audio.Hold).
 func holdPortAudio(a devices.AudioConfig) func() {
-	for _, spec := range []string{a.Input, a.Output} {
-		if !strings.HasPrefix(spec, "file:") && spec != "none" {
-			if release, err := audio.Hold(); err == nil {
-				return release
-			}
-			break // the check reports why PortAudio cannot start
+	var specs []string
+	for _, spec := range []string{a.Input, a.InputFallback, a.Output, a.OutputFallback} {
+		if spec != "" && !strings.HasPrefix(spec, "file:") && spec != "none" {
+			specs = append(specs, spec)
 		}
 	}
-	return func() {}
+	if !slices.ContainsFunc([]string{a.Input, a.Output}, func(s string) bool { return slices.Contains(specs, s) }) {
+		return func() {}
+	}
+	if release, err := audio.Hold(specs...); err == nil {
+		return release
+	}
+	return func() {} // the check reports why PortAudio cannot start
 }
 
 // checkLoaded runs checkResources on a loaded configuration; its warnings join the file's.
@@ -139,6 +146,9 @@ func checkResources(c *fileConfig) (warnings []string, err error) {
 				continue
 			}
 			_, err := audio.Select(portAudio, spec, d.input)
+			if err != nil && audio.Narrowed() {
+				err = fmt.Errorf("%w (ALSA plugin devices that the configuration did not name at start-up are probed only when the service restarts)", err)
+			}
 			problem(key, err)
 		}
 	}

@@ -61,7 +61,20 @@ func List() ([]DeviceInfo, error) {
 // starts (on a machine with the ALSA plugins installed, a hundred libraries and ~100 ms of CPU
 // on the development machine), and without a holder each List ends by terminating it again.
 // Calling release more than once is fine.
-func Hold() (release func(), err error) {
+//
+// devices, when given, are the device strings (see Select) the process will open, input and
+// output and their fallbacks: from then on PortAudio's initialisations leave out the ALSA
+// plugin devices none of them can select (see probeOnly), and List lists only what is left.
+// Select gives the same device for each of them either way. A device string that names a
+// plugin device left out finds it only after a restart, or when its opener is PortAudio's only
+// user (findDevice then probes everything again). `omnisat devices` declares nothing and sees
+// every device.
+func Hold(devices ...string) (release func(), err error) {
+	if len(devices) > 0 {
+		pa.mu.Lock()
+		pa.declared = append([]string(nil), devices...)
+		pa.mu.Unlock()
+	}
 	if err := paAcquire(); err != nil {
 		return func() {}, fmt.Errorf("initialise audio devices: %w", err)
 	}
@@ -167,6 +180,14 @@ func isNumber(s string) bool {
 	return true
 }
 
+// Narrowed reports whether PortAudio's current device list leaves out ALSA plugin devices that
+// the device strings given to Hold cannot select.
+func Narrowed() bool {
+	pa.mu.Lock()
+	defer pa.mu.Unlock()
+	return pa.inited && pa.narrowed
+}
+
 // findDevice resolves spec against PortAudio's current list. Called under paDo.
 func findDevice(spec string, input bool) (paDevice, error) {
 	devs, defIn, defOut, err := paDevices()
@@ -174,6 +195,14 @@ func findDevice(spec string, input bool) (paDevice, error) {
 		return paDevice{}, fmt.Errorf("list audio devices: %w", err)
 	}
 	d, err := Select(convertDevices(devs, defIn, defOut), spec, input)
+	if err != nil && pa.narrowed {
+		// Not among the devices probed for the declared ones: probe everything, if nothing
+		// else uses PortAudio now.
+		if !paProbeEverything() {
+			return paDevice{}, fmt.Errorf("%w; ALSA plugin devices the configuration did not name at start-up are not probed while other devices are open", err)
+		}
+		return findDevice(spec, input)
+	}
 	if err != nil {
 		return paDevice{}, err
 	}

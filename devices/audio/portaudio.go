@@ -120,6 +120,9 @@ var pa struct {
 	inited  bool // PortAudio is initialised (false after a failed rescan)
 	closing int  // stream closes under way outside mu
 	inits   int  // initialisations so far (each probes every device: see Hold)
+
+	declared []string // the device strings the process opens (Hold); nil: not said
+	narrowed bool     // the current initialisation left ALSA plugin devices out (probeOnly)
 }
 
 // paAcquire adds a holder, initialising PortAudio for the first one.
@@ -127,7 +130,7 @@ func paAcquire() error {
 	pa.mu.Lock()
 	defer pa.mu.Unlock()
 	if !pa.inited {
-		if err := paInit(); err != nil {
+		if err := paInit(false); err != nil {
 			return err
 		}
 	}
@@ -174,23 +177,31 @@ func paDo(f func() error) error {
 	pa.mu.Lock()
 	defer pa.mu.Unlock()
 	if !pa.inited {
-		if err := paInit(); err != nil {
+		if err := paInit(false); err != nil {
 			return err
 		}
 	}
 	return f()
 }
 
-func paInit() error {
+// paInit initialises PortAudio. Its probe of ALSA's plugin devices is narrowed to the devices
+// the process said it opens (see probeOnly), unless every device is wanted.
+func paInit(everyDevice bool) error {
 	// OMNISAT_AUDIO_DEBUG=1 lets ALSA's and JACK's own messages through, for diagnosing devices.
 	quiet := C.int(1)
 	if os.Getenv("OMNISAT_AUDIO_DEBUG") == "1" {
 		quiet = 0
 	}
+	left := 0
+	if names, ok := probeNames(pa.declared); ok && !everyDevice {
+		// On an error the probe is simply not narrowed; Pa_Initialize reports what it finds.
+		left, _ = probeOnly(names)
+	}
 	if err := paError(C.omnisatQuietInit(quiet)); err != nil {
 		return fmt.Errorf("initialise PortAudio: %w", err)
 	}
 	pa.inited = true
+	pa.narrowed = left > 0
 	pa.inits++
 	return nil
 }
@@ -209,7 +220,18 @@ func paRescan() {
 	}
 	C.Pa_Terminate()
 	pa.inited = false
-	paInit()
+	paInit(false)
+}
+
+// paProbeEverything initialises PortAudio again with every device probed, when the current
+// list was narrowed and the caller (holding mu) is its only holder; true when it did.
+func paProbeEverything() bool {
+	if !pa.narrowed || pa.refs != 1 || pa.closing != 0 || !pa.inited {
+		return false
+	}
+	C.Pa_Terminate()
+	pa.inited = false
+	return paInit(true) == nil
 }
 
 // paError turns a PortAudio error code into an error (nil for paNoError).
