@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,6 +157,25 @@ func waitState(t *testing.T, sock string, want agent.State, timeout time.Duratio
 // sink, `omnisat run` captures it with PortAudio and streams it to the parrot simulator, plays
 // the parrot's reply on the PortAudio speaker, and `omnisat ctl interrupt` silences it. The
 // simulator's record and a recording of the speaker sink prove each step.
+// probedOnlyItsDevices checks that omnisat run, on the default devices, did not have PortAudio
+// probe the ALSA plugin devices its configuration does not name: the a52 encoder plugin's
+// libavcodec brings x265 and glib, which stay mapped once loaded (devices/audio/README.md).
+func probedOnlyItsDevices(t *testing.T, pid int) {
+	t.Helper()
+	if mods, _ := filepath.Glob("/usr/lib/*/alsa-lib/libasound_module_pcm_a52.so"); len(mods) == 0 {
+		t.Fatal("no a52 ALSA plugin (libasound2-plugins): nothing here shows whether the probe is narrowed")
+	}
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lib := range []string{"libavcodec", "libx265", "libglib-2.0"} {
+		if strings.Contains(string(maps), "/"+lib) {
+			t.Errorf("omnisat run on the default devices maps %s: PortAudio probed plugin devices it does not use", lib)
+		}
+	}
+}
+
 func TestEndToEndVirtualSoundCard(t *testing.T) {
 	card := testaudio.Start(t)
 	if !testaudio.Require(t, "espeak-ng", "paplay", "parecord") {
@@ -176,8 +196,10 @@ func TestEndToEndVirtualSoundCard(t *testing.T) {
 	cfgPath, sock := writeDeviceConfig(t, dir, sim.URL(), "log:\n  level: debug\n")
 
 	rec := card.Listen(t, "spk.monitor", recordRate)
-	defer runOmnisat(t, bin, cfgPath, dir)()
+	proc, _, stop := startOmnisat(t, bin, cfgPath, dir)
+	defer stop()
 	waitState(t, sock, agent.StateListening, 20*time.Second)
+	probedOnlyItsDevices(t, proc.Process.Pid)
 
 	// Phase 1: speech in, parrot reply out.
 	if err := card.PlayInto(speech1); err != nil {
