@@ -138,18 +138,18 @@ func (p *Process) report(ok bool, err error) {
 		p.latest = nil
 	}
 	p.mu.Unlock()
+	if changed {
+		if ok {
+			p.log.Info("camera up")
+		} else {
+			p.log.Warn("camera lost", "err", err)
+		}
+		p.onState(ok, err)
+	}
+	// After onState: whoever WaitStarted releases finds the loss already reported.
 	if !ok {
 		p.startedOnce.Do(func() { close(p.started) })
 	}
-	if !changed {
-		return
-	}
-	if ok {
-		p.log.Info("camera up")
-	} else {
-		p.log.Warn("camera lost", "err", err)
-	}
-	p.onState(ok, err)
 }
 
 func (p *Process) supervise(ctx context.Context) {

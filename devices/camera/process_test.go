@@ -72,11 +72,13 @@ func fakeCamera(mode string) int {
 
 // states records what onState was told.
 type states struct {
-	mu  sync.Mutex
-	got []string
+	mu    sync.Mutex
+	got   []string
+	delay time.Duration // before each is recorded: a slow callback
 }
 
 func (s *states) on(ok bool, err error) {
+	time.Sleep(s.delay)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ok {
@@ -217,7 +219,8 @@ func TestProcessGarbledStream(t *testing.T) {
 // A camera that is not there is lost from the start, without a restart (the program keeps
 // trying by itself); Latest has nothing.
 func TestProcessCameraAbsent(t *testing.T) {
-	st := &states{}
+	// A slow state callback: WaitStarted must not return before the loss has been reported.
+	st := &states{delay: 100 * time.Millisecond}
 	p, runs := startFake(t, "absent", Config{Source: "/dev/video9"}, st)
 	if p.WaitStarted(context.Background()) {
 		t.Fatal("a frame from an absent camera")
