@@ -9,16 +9,19 @@ package audio
 #include <alsa/asoundlib.h>
 
 // omnisatRefers reports whether a string anywhere in node names the PCM id: the string is the
-// id, or the id with arguments ("id:CARD=1"). A type is not a reference (pcm.pulse and
-// ctl.pulse are both of type pulse).
+// id, or the id with arguments ("id:CARD=1"), either also as a path ("pcm.id", as @func refer
+// names it). A type is not a reference (pcm.pulse and ctl.pulse are both of type pulse).
 static int omnisatRefers(snd_config_t *node, const char *id) {
 	size_t n = strlen(id);
 	const char *s;
 	snd_config_iterator_t i, next;
 	switch (snd_config_get_type(node)) {
 	case SND_CONFIG_TYPE_STRING:
-		return snd_config_get_string(node, &s) == 0 && strncmp(s, id, n) == 0 &&
-			(s[n] == '\0' || s[n] == ':');
+		if (snd_config_get_string(node, &s) < 0 || !s)
+			return 0;
+		if (strncmp(s, "pcm.", 4) == 0)
+			s += 4;
+		return strncmp(s, id, n) == 0 && (s[n] == '\0' || s[n] == ':');
 	case SND_CONFIG_TYPE_COMPOUND:
 		snd_config_for_each(i, next, node) {
 			snd_config_t *child = snd_config_iterator_entry(i);

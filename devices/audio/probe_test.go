@@ -13,13 +13,16 @@ import (
 // plugin of its own (upmix, from the ALSA plugins package) over a null sink, an unrelated
 // plugin device that nothing in it uses, and a built-in device (null, as hw or dmix are) that
 // loads no library. (With no sound card here the system's own devices, default included, do
-// not open and are not listed.)
+// not open and are not listed.) The kiosk's microphone reaches its plugin (speex) through
+// @func refer, by path.
 const narrowTestConfig = `</usr/share/alsa/alsa.conf>
 pcm.kiosk_speaker { type plug slave.pcm "kiosk_upmix" }
 pcm.kiosk_upmix { type upmix slave.pcm "kiosk_sink" channels 4 }
 pcm.kiosk_sink { type null }
 pcm.unrelated_upmix { type upmix slave.pcm "kiosk_sink" channels 4 }
 pcm.spare_sink { type null }
+pcm.kiosk_mic { type asym capture.pcm { @func refer name "pcm.kiosk_denoise" } }
+pcm.kiosk_denoise { type speex slave.pcm "kiosk_sink" denoise true }
 `
 
 // useALSAConfig points ALSA at config (on top of the system's) for the test, with PortAudio
@@ -87,17 +90,17 @@ func TestHoldNarrowsTheProbe(t *testing.T) {
 	if narrowed {
 		t.Error("nothing declared: the list was narrowed")
 	}
-	for _, want := range []string{"kiosk_speaker", "kiosk_upmix", "unrelated_upmix", "kiosk_sink", "spare_sink"} {
+	for _, want := range []string{"kiosk_speaker", "kiosk_upmix", "unrelated_upmix", "kiosk_sink", "spare_sink", "kiosk_mic", "kiosk_denoise"} {
 		if !slices.Contains(every, want) {
 			t.Fatalf("every device probed: %q is not listed: %q", want, every)
 		}
 	}
 
-	some, narrowed := listNames(t, "Kiosk_Speaker", "none-such-fallback")
+	some, narrowed := listNames(t, "Kiosk_Speaker", "none-such-fallback", "kiosk_mic")
 	if !narrowed {
 		t.Error("devices declared: the list was not narrowed")
 	}
-	for _, want := range []string{"kiosk_speaker", "kiosk_upmix", "kiosk_sink", "spare_sink"} {
+	for _, want := range []string{"kiosk_speaker", "kiosk_upmix", "kiosk_sink", "spare_sink", "kiosk_mic"} {
 		if !slices.Contains(some, want) {
 			t.Errorf("narrowed to kiosk_speaker: %q is missing (what it is built on and built-in devices stay): %q", want, some)
 		}
