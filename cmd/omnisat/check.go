@@ -146,8 +146,8 @@ func checkResources(c *fileConfig) (warnings []string, err error) {
 				continue
 			}
 			_, err := audio.Select(portAudio, spec, d.input)
-			if err != nil && audio.Narrowed() {
-				err = fmt.Errorf("%w (ALSA plugin devices that the configuration did not name at start-up are probed only when the service restarts)", err)
+			if err != nil && audio.LeftOut(spec) {
+				err = fmt.Errorf("%w (%s)", err, audio.NotProbed)
 			}
 			problem(key, err)
 		}

@@ -180,26 +180,35 @@ func isNumber(s string) bool {
 	return true
 }
 
-// Narrowed reports whether PortAudio's current device list leaves out ALSA plugin devices that
-// the device strings given to Hold cannot select.
-func Narrowed() bool {
+// NotProbed is what is added to the error for a device string that may name a device the
+// current, narrowed probe left out (see Hold and LeftOut).
+const NotProbed = "ALSA plugin devices the configuration did not name at start-up are not probed while other devices are open; a restart probes them"
+
+// LeftOut reports whether spec may select a device that PortAudio's current device list left
+// out: the probe was narrowed (see Hold), and not for spec.
+func LeftOut(spec string) bool {
 	pa.mu.Lock()
 	defer pa.mu.Unlock()
-	return pa.inited && pa.narrowed
+	return pa.inited && probeLeftOut(spec)
 }
 
 // findDevice resolves spec against PortAudio's current list. Called under paDo.
 func findDevice(spec string, input bool) (paDevice, error) {
+	// An index counts every device: probe everything first, if nothing else uses PortAudio now.
+	if pa.narrowed && isNumber(strings.TrimSpace(spec)) && !paProbeEverything() {
+		return paDevice{}, fmt.Errorf("find device %q: a device index counts every device; %s", spec, NotProbed)
+	}
 	devs, defIn, defOut, err := paDevices()
 	if err != nil {
 		return paDevice{}, fmt.Errorf("list audio devices: %w", err)
 	}
 	d, err := Select(convertDevices(devs, defIn, defOut), spec, input)
-	if err != nil && pa.narrowed {
-		// Not among the devices probed for the declared ones: probe everything, if nothing
-		// else uses PortAudio now.
+	if err != nil && probeLeftOut(spec) {
+		// Not a device string the probe was narrowed for: probe everything, if nothing else
+		// uses PortAudio now. (One it was narrowed for is missing for another reason: a device
+		// unplugged while recovering probes as narrowly as before.)
 		if !paProbeEverything() {
-			return paDevice{}, fmt.Errorf("%w; ALSA plugin devices the configuration did not name at start-up are not probed while other devices are open", err)
+			return paDevice{}, fmt.Errorf("%w; %s", err, NotProbed)
 		}
 		return findDevice(spec, input)
 	}

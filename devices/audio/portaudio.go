@@ -121,8 +121,9 @@ var pa struct {
 	closing int  // stream closes under way outside mu
 	inits   int  // initialisations so far (each probes every device: see Hold)
 
-	declared []string // the device strings the process opens (Hold); nil: not said
-	narrowed bool     // the current initialisation left ALSA plugin devices out (probeOnly)
+	declared   []string // the device strings the process opens (Hold); nil: not said
+	narrowed   bool     // the current initialisation left ALSA plugin devices out (probeOnly)
+	narrowedTo []string // the names it kept devices for (see probeLeftOut)
 }
 
 // paAcquire adds a holder, initialising PortAudio for the first one.
@@ -193,7 +194,8 @@ func paInit(everyDevice bool) error {
 		quiet = 0
 	}
 	left := 0
-	if names, ok := probeNames(pa.declared); ok && !everyDevice {
+	names, ok := probeNames(pa.declared)
+	if ok && !everyDevice {
 		// On an error the probe is simply not narrowed; Pa_Initialize reports what it finds.
 		left, _ = probeOnly(names)
 	}
@@ -201,7 +203,10 @@ func paInit(everyDevice bool) error {
 		return fmt.Errorf("initialise PortAudio: %w", err)
 	}
 	pa.inited = true
-	pa.narrowed = left > 0
+	pa.narrowed, pa.narrowedTo = left > 0, nil
+	if pa.narrowed {
+		pa.narrowedTo = names
+	}
 	pa.inits++
 	return nil
 }
@@ -215,23 +220,25 @@ func paInit(everyDevice bool) error {
 func paRescan() {
 	pa.mu.Lock()
 	defer pa.mu.Unlock()
-	if pa.refs != 1 || pa.closing != 0 || !pa.inited {
-		return
-	}
-	C.Pa_Terminate()
-	pa.inited = false
-	paInit(false)
+	paReinit(false)
 }
 
 // paProbeEverything initialises PortAudio again with every device probed, when the current
 // list was narrowed and the caller (holding mu) is its only holder; true when it did.
 func paProbeEverything() bool {
-	if !pa.narrowed || pa.refs != 1 || pa.closing != 0 || !pa.inited {
+	return pa.narrowed && paReinit(true)
+}
+
+// paReinit terminates PortAudio and initialises it again (see paInit), when the caller
+// (holding mu) is its only holder and no close is under way; true when it did and the
+// initialisation succeeded.
+func paReinit(everyDevice bool) bool {
+	if pa.refs != 1 || pa.closing != 0 || !pa.inited {
 		return false
 	}
 	C.Pa_Terminate()
 	pa.inited = false
-	return paInit(true) == nil
+	return paInit(everyDevice) == nil
 }
 
 // paError turns a PortAudio error code into an error (nil for paNoError).

@@ -132,6 +132,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -192,4 +193,23 @@ func probeNames(devices []string) ([]string, bool) {
 		names = append(names, strings.ToLower(d))
 	}
 	return names, true
+}
+
+// probeLeftOut reports whether spec may select a device that the current initialisation's
+// probe left out: the probe was narrowed, and not for spec (a name it kept no devices for, or
+// an index, which counts every device). Called under pa.mu.
+func probeLeftOut(spec string) bool {
+	if !pa.narrowed {
+		return false
+	}
+	names, byName := probeNames([]string{spec})
+	if !byName {
+		return true
+	}
+	for _, n := range names {
+		if !slices.Contains(pa.narrowedTo, n) {
+			return true
+		}
+	}
+	return false
 }

@@ -77,7 +77,14 @@ func listNames(t *testing.T, devices ...string) ([]string, bool) {
 	for _, d := range devs {
 		names = append(names, d.Name)
 	}
-	return names, Narrowed()
+	return names, narrowed()
+}
+
+// narrowed reports whether PortAudio's current initialisation left plugin devices out.
+func narrowed() bool {
+	pa.mu.Lock()
+	defer pa.mu.Unlock()
+	return pa.narrowed
 }
 
 // TestHoldNarrowsTheProbe: with the devices a service opens declared, PortAudio's probe leaves
@@ -160,8 +167,46 @@ func TestUndeclaredDeviceProbesEverything(t *testing.T) {
 	if err != nil || found.name != "unrelated_upmix" {
 		t.Errorf("sole holder, an undeclared plugin device: %q, %v; want it found after probing everything", found.name, err)
 	}
-	if Narrowed() {
+	if narrowed() {
 		t.Error("after probing everything the list is still narrowed")
 	}
 	release()
+}
+
+// TestDeclaredDeviceMissingProbesNarrowly: a declared device that is missing (unplugged while
+// its opener recovers) is an error without probing everything; an index, which counts every
+// device, probes everything first.
+func TestDeclaredDeviceMissingProbesNarrowly(t *testing.T) {
+	useALSAConfig(t, narrowTestConfig)
+	release, err := Hold("kiosk_speaker", "unplugged_usb_speaker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	_, before := paCounts()
+	err = paDo(func() error { _, err := findDevice("unplugged_usb_speaker", false); return err })
+	if _, after := paCounts(); err == nil || after != before || !narrowed() {
+		t.Errorf("a declared device missing: %v, %d initialisations (want none), narrowed %v (want true)", err, after-before, narrowed())
+	}
+	if err != nil && strings.Contains(err.Error(), NotProbed) {
+		t.Errorf("a declared device missing: %v; the probe is not why", err)
+	}
+	if LeftOut("kiosk_speaker") || LeftOut("default") || !LeftOut("unrelated_upmix") || !LeftOut("0") {
+		t.Errorf("LeftOut: declared %v, default %v, undeclared %v, an index %v; want false, false, true, true",
+			LeftOut("kiosk_speaker"), LeftOut("default"), LeftOut("unrelated_upmix"), LeftOut("0"))
+	}
+	var every []string
+	err = paDo(func() error {
+		if _, err := findDevice("0", false); err != nil {
+			return err
+		}
+		devs, _, _, err := paDevices()
+		for _, d := range devs {
+			every = append(every, d.name)
+		}
+		return err
+	})
+	if err != nil || narrowed() || !slices.Contains(every, "unrelated_upmix") {
+		t.Errorf("an index, sole holder: %v, narrowed %v, devices %q; want every device probed first", err, narrowed(), every)
+	}
 }
