@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -64,14 +63,15 @@ func loadAndHold(path string, o loadOptions) (*fileConfig, func(), error) {
 // section can open, fallbacks included, so that PortAudio's start-up probe leaves out the
 // ALSA plugin devices none of them names (audio.Hold).
 func holdPortAudio(a devices.AudioConfig) func() {
+	portAudio := func(spec string) bool { return spec != "" && !strings.HasPrefix(spec, "file:") && spec != "none" }
+	if !portAudio(a.Input) && !portAudio(a.Output) {
+		return func() {}
+	}
 	var specs []string
 	for _, spec := range []string{a.Input, a.InputFallback, a.Output, a.OutputFallback} {
-		if spec != "" && !strings.HasPrefix(spec, "file:") && spec != "none" {
+		if portAudio(spec) {
 			specs = append(specs, spec)
 		}
-	}
-	if !slices.ContainsFunc([]string{a.Input, a.Output}, func(s string) bool { return slices.Contains(specs, s) }) {
-		return func() {}
 	}
 	if release, err := audio.Hold(specs...); err == nil {
 		return release
