@@ -99,7 +99,8 @@ func (p *Proxy) accept() {
 }
 
 // pipe forwards one direction until its source ends, then half-closes the destination: what was
-// read is always delivered, and the other direction goes on until it ends too.
+// read is always delivered, and the other direction goes on until it ends too. A destination
+// that fails is not written again, but its source is still read to the end (see discard).
 func (p *Proxy) pipe(pr *pair, from, to net.Conn) {
 	defer p.wg.Done()
 	defer p.halfDone(pr, to)
@@ -120,11 +121,23 @@ func (p *Proxy) pipe(pr *pair, from, to net.Conn) {
 				time.Sleep(delay)
 			}
 			if _, werr := to.Write(buf[:n]); werr != nil {
+				discard(from, buf)
 				return
 			}
 		}
 		if err != nil {
 			return // io.EOF, a reset, or a Cut
+		}
+	}
+}
+
+// discard reads from until it ends, once its destination is gone. Closing a socket with
+// unread bytes resets it and drops what it still had to send, so the proxy reads its sources to
+// the end: the other direction's bytes, already acknowledged to their sender, still go out.
+func discard(from net.Conn, buf []byte) {
+	for {
+		if _, err := from.Read(buf); err != nil {
+			return
 		}
 	}
 }
