@@ -81,14 +81,11 @@ func (t *deliveryTracker) drop(n int) {
 // settleNow updates t from the kernel's view of wire's socket (or by age where it has none) and
 // returns how many bytes written the peer has not acknowledged (known false: the kernel does not
 // say).
-// The byte count is read before the kernel is asked, so bytes written meanwhile only make the
-// result more cautious.
 func (t *deliveryTracker) settleNow(wire *countingConn, deadLink time.Duration) (unacked uint64, known bool) {
 	if wire == nil {
 		return 0, false
 	}
-	written := wire.written.Load()
-	if unacked, ok := wire.unacked(); ok {
+	if written, unacked, ok := wire.unacked(); ok {
 		t.settle(written - min(unacked, written))
 		return unacked, true
 	}

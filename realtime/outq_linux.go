@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -37,7 +38,10 @@ func socketOf(conn net.Conn) syscall.RawConn {
 
 // bindRaw makes the poller's callbacks once, when the conn is made: a closure per call would
 // escape to the poller and cost an allocation for every read, write and SIOCOUTQ query.
-func (c *countingConn) bindRaw() { c.rd.fn, c.wr.fn, c.oq.fn = c.rd.read, c.wr.write, c.oq.ask }
+func (c *countingConn) bindRaw() {
+	c.rd.fn, c.wr.fn, c.oq.fn = c.rd.read, c.wr.write, c.oq.ask
+	c.wr.oq, c.wr.written = &c.oq, &c.written
+}
 
 // rawRead is one raw read's state, kept in the conn with its callback (see bindRaw).
 type rawRead struct {
@@ -93,14 +97,26 @@ type rawWrite struct {
 	n     int
 	errno syscall.Errno
 	fn    func(fd uintptr) bool
+
+	// Each send is counted in written as the kernel takes it, under the query's mutex: a write
+	// blocked halfway through a message (a full send buffer, a black-holed link) has part of it
+	// in the kernel, and a count made only when the write returns would be short of what the
+	// kernel counts as unacknowledged.
+	oq      *outq
+	written *atomic.Uint64
 }
 
 // write is the poller's callback: false while the send buffer is full.
 func (w *rawWrite) write(fd uintptr) bool {
 	for w.n < len(w.p) {
+		w.oq.mu.Lock()
 		// MSG_NOSIGNAL: a peer gone is an error to return, never a signal.
 		r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&w.p[w.n])), uintptr(len(w.p)-w.n),
 			unix.MSG_NOSIGNAL, 0, 0)
+		if e == 0 {
+			w.written.Add(uint64(r))
+		}
+		w.oq.mu.Unlock()
 		switch e {
 		case 0:
 			w.n += int(r)
@@ -128,7 +144,6 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	n, errno := wr.n, wr.errno
 	wr.p = nil
 	wr.mu.Unlock()
-	c.written.Add(uint64(n))
 	switch {
 	case err != nil:
 		return n, c.opError("write", err)
@@ -144,6 +159,7 @@ func (c *countingConn) opError(op string, err error) error {
 }
 
 // outq is the state of one SIOCOUTQ query, kept in the conn with its callback, as rawRead's.
+// Its mutex also orders the query against the raw writer's sends (see rawWrite).
 type outq struct {
 	mu    sync.Mutex
 	v     int32
@@ -156,17 +172,18 @@ func (q *outq) ask(fd uintptr) {
 }
 
 // unacked asks the kernel how many bytes written to the socket the peer has not acknowledged
-// yet (SIOCOUTQ). ok is false when there is no socket or the kernel does not say.
-func (c *countingConn) unacked() (n uint64, ok bool) {
+// yet (SIOCOUTQ), with the count of bytes written at that moment: no send falls between the
+// two. ok is false when there is no socket or the kernel does not say.
+func (c *countingConn) unacked() (written, unacked uint64, ok bool) {
 	if c.sock == nil {
-		return 0, false
+		return 0, 0, false
 	}
 	q := &c.oq
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.v, q.errno = 0, 0
 	if err := c.sock.Control(q.fn); err != nil || q.errno != 0 || q.v < 0 {
-		return 0, false
+		return 0, 0, false
 	}
-	return uint64(q.v), true
+	return c.written.Load(), uint64(q.v), true
 }

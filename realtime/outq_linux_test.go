@@ -63,7 +63,7 @@ func TestRawSocketKeepsConnSemantics(t *testing.T) {
 	if w := c.written.Load(); w != uint64(len(msg)) {
 		t.Fatalf("written counts %d, want %d", w, len(msg))
 	}
-	if un, ok := c.unacked(); !ok || un != 0 {
+	if _, un, ok := c.unacked(); !ok || un != 0 {
 		t.Fatalf("unacked after the peer read everything: %d %v", un, ok)
 	}
 
@@ -96,7 +96,7 @@ func TestRawSocketKeepsConnSemantics(t *testing.T) {
 		if n, err := peer.Read(buf); err != nil || n != 1 {
 			t.Fatalf("peer read %d, %v", n, err)
 		}
-		if _, ok := c.unacked(); !ok {
+		if _, _, ok := c.unacked(); !ok {
 			t.Fatal("the kernel did not say what is unacknowledged")
 		}
 	}); allocs != 0 {
@@ -136,5 +136,66 @@ func TestRawSocketKeepsConnSemantics(t *testing.T) {
 	}
 	if _, err := c.Write(buf); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("write after close: %v, want net.ErrClosed", err)
+	}
+}
+
+// While a write waits halfway through a message (the peer reads nothing), what written and
+// unacked say the peer acknowledged is exactly what the peer's kernel holds for it: the part of
+// the message already in the kernel is counted, not only whole writes.
+func TestAcknowledgedDuringBlockedWrite(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCountingConn(raw)
+	peer := <-accepted
+	if peer == nil {
+		t.Fatal("accept failed")
+	}
+	defer peer.Close()
+	raw.(*net.TCPConn).SetWriteBuffer(16 << 10)
+
+	wrote := make(chan error, 1)
+	go func() { _, err := c.Write(make([]byte, 4<<20)); wrote <- err }() // far more than both buffers hold
+	// Wait until the link is still: the peer's window is full and the rest waits in the writer.
+	var written, unacked uint64
+	deadline := time.Now().Add(10 * time.Second)
+	for still := 0; still < 5; time.Sleep(20 * time.Millisecond) {
+		w, u, ok := c.unacked()
+		if !ok {
+			t.Fatal("the kernel did not say what is unacknowledged")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the link never stood still: written %d, unacked %d", w, u)
+		}
+		if w == written && u == unacked && u > 0 {
+			still++
+		} else {
+			still = 0
+		}
+		written, unacked = w, u
+	}
+	if unacked == 0 {
+		t.Fatal("nothing unacknowledged: the write did not wait halfway, the test proves nothing")
+	}
+	raw.(*net.TCPConn).SetLinger(0)
+	c.Close() // a reset drops what is unacknowledged; what the peer acknowledged stays readable there
+	if err := <-wrote; err == nil {
+		t.Fatal("the 4 MB write finished although the peer read nothing")
+	}
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, _ := io.Copy(io.Discard, peer)
+	if uint64(got)+unacked != written {
+		t.Fatalf("the peer got %d bytes, but written %d - unacked %d says %d", got, written, unacked, int64(written)-int64(unacked))
 	}
 }

@@ -28,4 +28,4 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 // unacked: only Linux says how much of what was written the peer has acknowledged; elsewhere
 // the session falls back to counting every chunk written within DeadLinkTimeout as unacknowledged.
-func (c *countingConn) unacked() (uint64, bool) { return 0, false }
+func (c *countingConn) unacked() (written, unacked uint64, ok bool) { return 0, 0, false }
