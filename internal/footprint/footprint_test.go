@@ -56,7 +56,9 @@ import (
 // speaker on the virtual sound card: PulseAudio through ALSA's pulse plugin), audio_alsa
 // (PortAudio on a plain ALSA device with no sound server in between, as on a Raspberry Pi: the
 // paced test card of testdata/alsapaced, an ALSA plugin that plays into nothing and captures
-// silence at 48 kHz, paced by a timer once per period as a card by its interrupts), and
+// silence at 48 kHz, paced by a timer once per period as a card by its interrupts),
+// audio_alsa_bare (the same with ALSA's configuration as ALSA alone installs it, none of the
+// additions other packages put in its conf.d directories: see bareALSAConfig), and
 // python_probe (not omnisat: testdata/probe/probe.py, a Python client streaming the same WAV to
 // the same simulator as the MiniCPM-o project's audio_probe.py does, the yardstick of issue 15's
 // CPU goal; measured as the floor is).
@@ -110,6 +112,8 @@ func BenchmarkFootprint(b *testing.B) {
 			setup: func(b *testing.B) { testaudio.Start(b) }},
 		{name: "audio_alsa", mode: "audio", audio: "input: default\n  output: default", camera: "none",
 			setup: func(b *testing.B) { pacedCard(b, dir) }},
+		{name: "audio_alsa_bare", mode: "audio", audio: "input: default\n  output: default", camera: "none",
+			setup: func(b *testing.B) { pacedCard(b, dir); bareALSAConfig(b, dir) }},
 	} {
 		if !selected(fc.name) {
 			continue
@@ -387,6 +391,37 @@ func pacedCard(b *testing.B, dir string) {
 	}
 	b.Setenv("HOME", home)
 	b.Setenv("PULSE_SERVER", "") // removed from omnisat's environment: no sound server in the way
+}
+
+// bareALSAConfig points ALSA (ALSA_CONFIG_PATH) at a copy of its top configuration file that
+// leaves out the conf.d directories, where other packages add to it: on this machine
+// PulseAudio's hook, which loads libpulse (marked never to be unloaded, with libX11, libsystemd
+// and libsndfile's codecs behind it) even when no PulseAudio runs, and alsa-plugins'
+// definitions. What is left is ALSA as its own packages install it, as on a device with no
+// sound server and no plugin packages; the user's .asoundrc still loads.
+func bareALSAConfig(b *testing.B, dir string) {
+	const top = "/usr/share/alsa/alsa.conf"
+	conf, err := os.ReadFile(top)
+	if err != nil {
+		b.Fatalf("ALSA's configuration (libasound2-data): %v", err)
+	}
+	var kept []string
+	left := 0
+	for _, line := range strings.Split(string(conf), "\n") {
+		if f := strings.TrimSpace(line); strings.HasPrefix(f, `"`) && strings.HasSuffix(f, `/conf.d"`) {
+			left++
+			continue
+		}
+		kept = append(kept, line)
+	}
+	if left == 0 {
+		b.Fatalf("%s names no conf.d directory: this ALSA loads its additions some other way", top)
+	}
+	bare := filepath.Join(dir, "alsa-bare.conf")
+	if err := os.WriteFile(bare, []byte(strings.Join(kept, "\n")), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.Setenv("ALSA_CONFIG_PATH", bare)
 }
 
 // benchFloor reports what testdata/floor costs per second, measured as omnisat is: a long run
