@@ -168,9 +168,11 @@ func TestAcknowledgedDuringBlockedWrite(t *testing.T) {
 	wrote := make(chan error, 1)
 	go func() { _, err := c.Write(make([]byte, 4<<20)); wrote <- err }() // far more than both buffers hold
 	// Wait until the link is still: the peer's window is full and the rest waits in the writer.
+	// Still for half a second, longer than the peer's longest delayed acknowledgement (200 ms),
+	// so that what the peer holds is all acknowledged.
 	var written, unacked uint64
 	deadline := time.Now().Add(10 * time.Second)
-	for still := 0; still < 5; time.Sleep(20 * time.Millisecond) {
+	for still := 0; still < 25; time.Sleep(20 * time.Millisecond) {
 		w, u, ok := c.unacked()
 		if !ok {
 			t.Fatal("the kernel did not say what is unacknowledged")

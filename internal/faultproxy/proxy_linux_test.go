@@ -86,8 +86,10 @@ func TestAcknowledgedBytesSurviveSenderReset(t *testing.T) {
 	close(startReading)
 	select {
 	case n := <-received:
-		if n != acked {
-			t.Fatalf("the target received %d bytes, the sender saw %d acknowledged", n, acked)
+		// More than was acknowledged may arrive (an acknowledgement still delayed at the reset),
+		// never less, and never more than was written.
+		if n < acked || n > int64(written) {
+			t.Fatalf("the target received %d bytes, the sender saw %d of %d acknowledged", n, acked, written)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the target never saw the end of the stream")
