@@ -153,10 +153,6 @@ func waitState(t *testing.T, sock string, want agent.State, timeout time.Duratio
 	return time.Time{}
 }
 
-// The whole audio path on a virtual sound card: espeak-ng speech is played into the microphone
-// sink, `omnisat run` captures it with PortAudio and streams it to the parrot simulator, plays
-// the parrot's reply on the PortAudio speaker, and `omnisat ctl interrupt` silences it. The
-// simulator's record and a recording of the speaker sink prove each step.
 // probedOnlyItsDevices checks that omnisat run, on the default devices, did not have PortAudio
 // probe the ALSA plugin devices its configuration does not name: the a52 encoder plugin's
 // libavcodec brings x265 and glib, which stay mapped once loaded (devices/audio/README.md).
@@ -176,6 +172,10 @@ func probedOnlyItsDevices(t *testing.T, pid int) {
 	}
 }
 
+// The whole audio path on a virtual sound card: espeak-ng speech is played into the microphone
+// sink, `omnisat run` captures it with PortAudio and streams it to the parrot simulator, plays
+// the parrot's reply on the PortAudio speaker, and `omnisat ctl interrupt` silences it. The
+// simulator's record and a recording of the speaker sink prove each step.
 func TestEndToEndVirtualSoundCard(t *testing.T) {
 	card := testaudio.Start(t)
 	if !testaudio.Require(t, "espeak-ng", "paplay", "parecord") {
