@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// The raw socket path keeps net.Conn's meaning: bytes both ways, partial writes completed when
-// the send buffer is full, deadlines as timeouts, EOF at the peer's close, net.ErrClosed after
-// our own, and the written count SIOCOUTQ is set against.
-func TestRawSocketKeepsConnSemantics(t *testing.T) {
+// rawLoopback connects a countingConn that reads and writes raw to a peer on loopback, and
+// returns it with its TCP connection and the peer (closed when the test ends).
+func rawLoopback(t *testing.T) (c *countingConn, raw *net.TCPConn, peer net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -29,20 +29,28 @@ func TestRawSocketKeepsConnSemantics(t *testing.T) {
 		}
 		accepted <- c
 	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
+	conn, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCountingConn(raw)
+	c = newCountingConn(conn)
 	if c.sock == nil {
 		t.Fatal("a TCP connection is not read and written raw")
 	}
-	peer := <-accepted
+	peer = <-accepted
 	if peer == nil {
 		t.Fatal("accept failed")
 	}
-	defer peer.Close()
-	raw.(*net.TCPConn).SetWriteBuffer(4096) // a full send buffer on the way: several partial writes
+	t.Cleanup(func() { peer.Close() })
+	return c, conn.(*net.TCPConn), peer
+}
+
+// The raw socket path keeps net.Conn's meaning: bytes both ways, partial writes completed when
+// the send buffer is full, deadlines as timeouts, EOF at the peer's close, net.ErrClosed after
+// our own, and the written count SIOCOUTQ is set against.
+func TestRawSocketKeepsConnSemantics(t *testing.T) {
+	c, raw, peer := rawLoopback(t)
+	raw.SetWriteBuffer(4096) // a full send buffer on the way: several partial writes
 
 	// 1 MB one way while the peer reads slowly: every byte arrives, in order.
 	msg := make([]byte, 1<<20)
@@ -143,27 +151,8 @@ func TestRawSocketKeepsConnSemantics(t *testing.T) {
 // unacked say the peer acknowledged is exactly what the peer's kernel holds for it: the part of
 // the message already in the kernel is counted, not only whole writes.
 func TestAcknowledgedDuringBlockedWrite(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newCountingConn(raw)
-	peer := <-accepted
-	if peer == nil {
-		t.Fatal("accept failed")
-	}
-	defer peer.Close()
-	raw.(*net.TCPConn).SetWriteBuffer(16 << 10)
+	c, raw, peer := rawLoopback(t)
+	raw.SetWriteBuffer(16 << 10)
 
 	wrote := make(chan error, 1)
 	go func() { _, err := c.Write(make([]byte, 4<<20)); wrote <- err }() // far more than both buffers hold
@@ -190,7 +179,7 @@ func TestAcknowledgedDuringBlockedWrite(t *testing.T) {
 	if unacked == 0 {
 		t.Fatal("nothing unacknowledged: the write did not wait halfway, the test proves nothing")
 	}
-	raw.(*net.TCPConn).SetLinger(0)
+	raw.SetLinger(0)
 	c.Close() // a reset drops what is unacknowledged; what the peer acknowledged stays readable there
 	if err := <-wrote; err == nil {
 		t.Fatal("the 4 MB write finished although the peer read nothing")
