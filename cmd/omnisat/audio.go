@@ -40,6 +40,12 @@ func cleanConfig(c devices.AudioConfig, echo *audio.EchoReference) audio.CleanCo
 			NoiseSuppressDB: c.NoiseSuppression.LevelDB, AGC: c.AGC.Enabled, AGCLevel: c.AGC.LevelDBFS, AGCMaxGainDB: c.AGC.MaxGainDB}}
 }
 
+// portAudioSpec reports whether an audio device string names a PortAudio device: not a WAV
+// file, not "none", and not an unset fallback.
+func portAudioSpec(spec string) bool {
+	return spec != "" && !strings.HasPrefix(spec, "file:") && spec != "none"
+}
+
 // openMicrophone opens the input; echo carries what the speaker plays to its echo canceller.
 func openMicrophone(ctx context.Context, c devices.AudioConfig, echo *audio.EchoReference, report *deviceReporter, log *slog.Logger) (agent.AudioSource, string, func() error, error) {
 	spec, why := resolveAudio(c.Input, c.InputFallback, true)

@@ -63,13 +63,12 @@ func loadAndHold(path string, o loadOptions) (*fileConfig, func(), error) {
 // section can open, fallbacks included, so that PortAudio's start-up probe leaves out the
 // ALSA plugin devices none of them names (audio.Hold).
 func holdPortAudio(a devices.AudioConfig) func() {
-	portAudio := func(spec string) bool { return spec != "" && !strings.HasPrefix(spec, "file:") && spec != "none" }
-	if !portAudio(a.Input) && !portAudio(a.Output) {
+	if !portAudioSpec(a.Input) && !portAudioSpec(a.Output) {
 		return func() {}
 	}
 	var specs []string
 	for _, spec := range []string{a.Input, a.InputFallback, a.Output, a.OutputFallback} {
-		if portAudio(spec) {
+		if portAudioSpec(spec) {
 			specs = append(specs, spec)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/omnisat/omnisat/agent"
@@ -126,7 +125,7 @@ func audioHolds(c devices.AudioConfig) []string {
 		input          bool
 	}{{c.Input, c.InputFallback, true}, {c.Output, c.OutputFallback, false}} {
 		spec, _ := resolveAudio(d.spec, d.fallback, d.input)
-		if strings.HasPrefix(spec, "file:") || spec == "none" {
+		if !portAudioSpec(spec) {
 			continue
 		}
 		if list == nil {
