@@ -224,6 +224,17 @@ func TestAmd64PackageDepends(t *testing.T) {
 			t.Errorf("Depends lacks %s", dep)
 		}
 	}
+	// And no library the binaries do not link: an extra one is installed on every satellite for
+	// nothing (libportaudio2 was, once PortAudio was linked in).
+	linked := map[string]bool{}
+	for _, alts := range needs {
+		linked[packageName(alts[0])] = true
+	}
+	for _, alts := range depends {
+		if dep := packageName(alts[0]); strings.HasPrefix(dep, "lib") && !linked[dep] {
+			t.Errorf("Depends lists %s, which no binary links (packaging/nfpm.yaml)", alts[0])
+		}
+	}
 }
 
 // needed lists the shared libraries an ELF binary links (readelf -d), sorted.

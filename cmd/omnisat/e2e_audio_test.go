@@ -156,6 +156,8 @@ func waitState(t *testing.T, sock string, want agent.State, timeout time.Duratio
 // probedOnlyItsDevices checks that omnisat run, on the default devices, did not have PortAudio
 // probe the ALSA plugin devices its configuration does not name: the a52 encoder plugin's
 // libavcodec brings x265 and glib, which stay mapped once loaded (devices/audio/README.md).
+// Nor does it map JACK's client library: PortAudio is linked in with its ALSA host API alone
+// (devices/audio/hostapis.c), and the jack ALSA plugin is not probed either.
 func probedOnlyItsDevices(t *testing.T, pid int) {
 	t.Helper()
 	if mods, _ := filepath.Glob("/usr/lib/*/alsa-lib/libasound_module_pcm_a52.so"); len(mods) == 0 {
@@ -168,6 +170,11 @@ func probedOnlyItsDevices(t *testing.T, pid int) {
 	for _, lib := range []string{"libavcodec", "libx265", "libglib-2.0"} {
 		if strings.Contains(string(maps), "/"+lib) {
 			t.Errorf("omnisat run on the default devices maps %s: PortAudio probed plugin devices it does not use", lib)
+		}
+	}
+	for _, lib := range []string{"libportaudio.so", "libjack"} {
+		if strings.Contains(string(maps), "/"+lib) {
+			t.Errorf("omnisat run maps %s: PortAudio's JACK host API is linked (Debian's shared libportaudio2 brings it)", lib)
 		}
 	}
 }

@@ -6,7 +6,8 @@ package audio
 // tests use it; it lives here because cgo is not allowed in test files.
 
 /*
-#cgo pkg-config: portaudio-2.0
+#cgo LDFLAGS: -l:libportaudio.a -lm -lpthread
+#cgo pkg-config: alsa
 #include <stdint.h>
 #include <unistd.h>
 #include <portaudio.h>

@@ -11,7 +11,7 @@ import (
 type DeviceInfo struct {
 	Index             int     // PortAudio's index, valid until PortAudio is re-initialised
 	Name              string  // as PortAudio names it ("pulse", "USB Audio Device: - (hw:1,0)")
-	HostAPI           string  // "ALSA", "JACK Audio Connection Kit", ...
+	HostAPI           string  // "ALSA", the one host API omnisat links (hostapis.c)
 	MaxInputChannels  int     // 0: not an input
 	MaxOutputChannels int     // 0: not an output
 	DefaultSampleRate float64 // the device's native rate, Hz

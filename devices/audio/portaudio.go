@@ -13,7 +13,8 @@
 package audio
 
 /*
-#cgo pkg-config: portaudio-2.0
+#cgo LDFLAGS: -l:libportaudio.a -lm -lpthread
+#cgo pkg-config: alsa
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,7 @@ static void omnisatDropProbes(void) {
 }
 
 // omnisatQuietInit runs Pa_Initialize with stderr pointed at /dev/null: probing every ALSA
-// and JACK device prints dozens of lines ("cannot find card", "jack server is not running")
+// device and plugin prints dozens of lines ("cannot find card", "jack server is not running")
 // that are not errors of ours and would bury the service's log. Errors still come back as
 // the return code.
 static PaError omnisatQuietInit(int quiet) {
@@ -188,7 +189,7 @@ func paDo(f func() error) error {
 // paInit initialises PortAudio. Its probe of ALSA's plugin devices is narrowed to the devices
 // the process said it opens (see probeOnly), unless every device is wanted.
 func paInit(everyDevice bool) error {
-	// OMNISAT_AUDIO_DEBUG=1 lets ALSA's and JACK's own messages through, for diagnosing devices.
+	// OMNISAT_AUDIO_DEBUG=1 lets ALSA's own messages through, for diagnosing devices.
 	quiet := C.int(1)
 	if os.Getenv("OMNISAT_AUDIO_DEBUG") == "1" {
 		quiet = 0
