@@ -13,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/omnisat/omnisat/internal/quietout"
 )
 
@@ -65,28 +63,14 @@ func commands() map[string]command {
 const serviceProcs = 1
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "run" {
-		if os.Getenv("GOMAXPROCS") == "" {
-			runtime.GOMAXPROCS(serviceProcs)
-		}
-		noHugePages()
+	if len(os.Args) > 1 && os.Args[1] == "run" && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(serviceProcs)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env := &cliEnv{stdout: quietout.New(os.Stdout), stderr: os.Stderr, getenv: os.Getenv, journal: isJournal(os.Stderr, os.Getenv("JOURNAL_STREAM"))}
 	code := run(ctx, os.Args[1:], env)
 	stop()
 	os.Exit(code)
-}
-
-// noHugePages keeps the kernel from backing `omnisat run` (and the camera program it starts)
-// with transparent huge pages. Where they are on for everything (enabled=always, as on this
-// project's development machine), khugepaged turns each 2 MB stretch of the binary's code and
-// read-only data into one huge page at some point, mapping the pages the service never touched
-// along with those it did (seen in a half-hour run on the plain ALSA card: the binary's pages
-// 8.2 → 9.5 MB within eight minutes), for a process that gains nothing measurable from fewer
-// TLB misses. A failure (a kernel without the call) changes nothing else.
-func noHugePages() {
-	_ = unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
 }
 
 func run(ctx context.Context, args []string, env *cliEnv) int {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,37 +51,5 @@ func TestRunGOMAXPROCS(t *testing.T) {
 			}
 			t.Fatalf("no schedule trace within 30 s:\n%s", logs.String())
 		})
-	}
-}
-
-// `omnisat run` asks the kernel for no transparent huge pages (noHugePages): /proc says so.
-func TestRunNoHugePages(t *testing.T) {
-	bin := buildOmnisat(t)
-	wav, err := filepath.Abs("../../configs/demo/hello.wav")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "omnisat.yaml")
-	if err := os.WriteFile(cfg, []byte("audio:\n  input: file:"+wav+"\n  loop: true\n  output: none\ncamera:\n  source: none\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd, logs, stop := startOmnisatArgs(t, bin, "run", "--simulator", "-c", cfg, "--state-dir", dir)
-	defer stop()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), "control socket"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("omnisat run did not start within 30 s:\n%s", logs.String())
-		}
-	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, field, ok := strings.Cut(string(status), "THP_enabled:")
-	if !ok {
-		t.Fatalf("/proc/PID/status has no THP_enabled line (a kernel before 5.0?):\n%s", status)
-	}
-	if got := strings.Fields(field)[0]; got != "0" {
-		t.Errorf("THP_enabled: %s, want 0", got)
 	}
 }
