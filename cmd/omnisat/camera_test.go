@@ -177,8 +177,14 @@ func TestOmnisatLinksNoOpenCV(t *testing.T) {
 	if n := strings.Count(string(out), "libopencv"); n != 0 {
 		t.Fatalf("omnisat links %d OpenCV libraries:\n%s", n, out)
 	}
-	if !strings.Contains(string(out), "libportaudio") {
-		t.Fatalf("ldd output without PortAudio: is this the omnisat binary?\n%s", out)
+	// PortAudio is linked in (devices/audio/hostapis.c); ALSA is what it and the probe load.
+	if !strings.Contains(string(out), "libasound") {
+		t.Fatalf("ldd output without ALSA: is this the omnisat binary?\n%s", out)
+	}
+	for _, lib := range []string{"libportaudio", "libjack"} {
+		if strings.Contains(string(out), lib) {
+			t.Errorf("omnisat links %s: PortAudio's shared library with its JACK host API\n%s", lib, out)
+		}
 	}
 }
 
