@@ -6,8 +6,6 @@ package audio
 // tests use it; it lives here because cgo is not allowed in test files.
 
 /*
-#cgo LDFLAGS: -l:libportaudio.a -lm -lpthread
-#cgo pkg-config: alsa
 #include <stdint.h>
 #include <unistd.h>
 #include <portaudio.h>

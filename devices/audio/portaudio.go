@@ -13,6 +13,8 @@
 package audio
 
 /*
+// PortAudio's static archive (hostapis.c says why) and what it needs; these flags serve the
+// whole package.
 #cgo LDFLAGS: -l:libportaudio.a -lm -lpthread
 #cgo pkg-config: alsa
 #include <stdint.h>
