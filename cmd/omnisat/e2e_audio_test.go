@@ -167,14 +167,11 @@ func probedOnlyItsDevices(t *testing.T, pid int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, lib := range []string{"libavcodec", "libx265", "libglib-2.0"} {
+	const probed = "PortAudio probed plugin devices it does not use"
+	const jack = "PortAudio's JACK host API is linked (Debian's shared libportaudio2 brings it)"
+	for lib, why := range map[string]string{"libavcodec": probed, "libx265": probed, "libglib-2.0": probed, "libportaudio.so": jack, "libjack": jack} {
 		if strings.Contains(string(maps), "/"+lib) {
-			t.Errorf("omnisat run on the default devices maps %s: PortAudio probed plugin devices it does not use", lib)
-		}
-	}
-	for _, lib := range []string{"libportaudio.so", "libjack"} {
-		if strings.Contains(string(maps), "/"+lib) {
-			t.Errorf("omnisat run maps %s: PortAudio's JACK host API is linked (Debian's shared libportaudio2 brings it)", lib)
+			t.Errorf("omnisat run on the default devices maps %s: %s", lib, why)
 		}
 	}
 }
