@@ -74,6 +74,7 @@ type Bridge struct {
 	cancelSub func()
 
 	connCh chan struct{} // OnConnect → run loop: announce
+	linkUp chan struct{} // OnConnect → send loop: the outbox can go out again
 	haCh   chan struct{} // Home Assistant said online → run loop: discovery + state
 	cmdCh  chan inbound  // command messages → run loop
 	// statsCh carries a new statistics interval to the run loop (configuration reload).
@@ -130,7 +131,7 @@ func New(cfg Config, deviceID, version string, a Agent, log *slog.Logger) (*Brid
 	b := &Bridge{
 		cfg: cfg, deviceID: deviceID, objectID: topicSafeID(deviceID), version: version, agent: a,
 		log: log.With("component", "mqtt"), password: cfg.Password, started: time.Now(),
-		connCh: make(chan struct{}, 1), haCh: make(chan struct{}, 1), cmdCh: make(chan inbound, 64),
+		connCh: make(chan struct{}, 1), linkUp: make(chan struct{}, 1), haCh: make(chan struct{}, 1), cmdCh: make(chan inbound, 64),
 		statsCh: make(chan time.Duration, 1),
 		partial: map[string]string{}, answers: map[string]string{},
 		bootID: randomID(),
@@ -210,7 +211,8 @@ func (b *Bridge) clientOptions(clientID string, will bool) *paho.ClientOptions {
 		SetMaxReconnectInterval(b.cfg.MaxReconnectInterval).
 		SetConnectRetry(true).
 		SetConnectRetryInterval(time.Second).
-		SetWriteTimeout(10 * time.Second)
+		SetWriteTimeout(10 * time.Second).
+		SetStore(newCopyingStore())
 	if b.tls != nil {
 		o.SetTLSConfig(b.tls)
 	}
@@ -375,6 +377,10 @@ loop:
 // onConnect runs on paho's goroutine after every (re)connection: subscribe, then let the run loop
 // announce availability, discovery and state.
 func (b *Bridge) onConnect(c paho.Client) {
+	select {
+	case b.linkUp <- struct{}{}:
+	default: // a signal is already waiting
+	}
 	subs := map[string]byte{b.Topic("cmd/+"): 1}
 	if b.cfg.DiscoveryEnabled() {
 		subs[b.cfg.DiscoveryPrefix+"/status"] = 1
@@ -660,10 +666,10 @@ func (b *Bridge) sendLoop(ctx context.Context, c paho.Client, ob *outbox, done c
 			continue
 		}
 		if !c.IsConnectionOpen() {
-			select {
+			select { // a signal left from an earlier connect only makes the loop look again
 			case <-ctx.Done():
 				return
-			case <-time.After(100 * time.Millisecond):
+			case <-b.linkUp:
 			}
 			continue
 		}
