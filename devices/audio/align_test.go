@@ -100,7 +100,7 @@ func (g *echoRig) run(t testing.TB, c *cleaner, ref *EchoReference, n, mark int)
 		events = append(events, event{k + int64(g.micBlock) + g.micLead, false, k})
 	}
 	slices.SortStableFunc(events, func(a, b event) int { return int(a.at - b.at) })
-	ring := newRing(g.rate, 1)
+	ring := newRing(g.rate, 1, Mixdown, 1)
 	out = make([]float32, 0, n)
 	restarted := false
 	for _, e := range events {

@@ -212,39 +212,46 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestRing covers the capture ring's wrap-around and overflow accounting.
+// TestRing covers the capture ring's mixdown, wrap-around and overflow accounting.
 func TestRing(t *testing.T) {
-	r := newRing(8, 2) // 8 frames of 2 channels
-	frame := func(i int) []float32 { return []float32{float32(i), -float32(i)} }
+	// 8 samples: the second of 2 channels; sixty-fourths are exact in float32.
+	r := newRing(8, 2, 1, 1)
+	frame := func(i int) []float32 { return []float32{float32(i) / 64, -float32(i) / 64} }
+	want := func(i int) float32 { return -float32(i) / 64 }
 	for i := range 6 {
 		r.write(frame(i))
 	}
 	dst := make([]float32, 8)
-	if n, _, _ := r.readFrom(dst[:7]); n != 6 || dst[0] != 0 || dst[5] != -2 { // whole frames only
-		t.Fatalf("read 7 of 12: n=%d %v", n, dst)
+	if n, start, _ := r.readFrom(dst[:5]); n != 5 || start != 0 || dst[0] != want(0) || dst[4] != want(4) {
+		t.Fatalf("read 5 of 6: n=%d start=%d %v", n, start, dst)
 	}
-	for i := 6; i < 20; i++ { // 14 more into 8 frames of room with 3 held: 9 dropped
+	for i := 6; i < 20; i++ { // 14 more into 8 of room with 1 held: 7 dropped
 		r.write(frame(i))
 	}
 	w, d := r.counts()
-	if w != 20 || d != 9 {
-		t.Errorf("written %d dropped %d, want 20 and 9", w, d)
+	if w != 20 || d != 7 {
+		t.Errorf("written %d dropped %d, want 20 and 7", w, d)
 	}
 	got := make([]float32, 16)
-	if n, _, _ := r.readFrom(got); n != 16 || got[0] != 12 || got[14] != 19 || got[15] != -19 {
-		t.Errorf("after overflow read %d: %v (want frames 12..19)", n, got)
+	if n, start, _ := r.readFrom(got); n != 8 || start != 12 || got[0] != want(12) || got[7] != want(19) {
+		t.Errorf("after overflow read %d from %d: %v (want samples 12..19)", n, start, got)
 	}
-	big := make([]float32, 40) // more than the ring at once
-	for i := range big {
-		big[i] = float32(i)
+	big := make([]float32, 0, 40) // 20 frames: more than the ring at once
+	for i := range 20 {
+		big = append(big, frame(i)...)
 	}
 	r.write(big)
-	if n, _, _ := r.readFrom(got); n != 16 || got[0] != 24 {
-		t.Errorf("oversized write: read %d starting %v, want 16 from 24", n, got[0])
+	if n, _, _ := r.readFrom(got); n != 8 || got[0] != want(12) || got[7] != want(19) {
+		t.Errorf("oversized write: read %d: %v, want frames 12..19", n, got[:n])
 	}
 	r.write([]float32{1}) // a partial frame is ignored
 	if n, _, _ := r.readFrom(got); n != 0 {
 		t.Errorf("partial frame was stored: %d", n)
+	}
+	mix := newRing(8, 3, Mixdown, 2) // three channels mixed, 6 dB up (a gain of 2)
+	mix.write([]float32{0.125, 0.25, 0.375, -0.375, 0, 0})
+	if n, _, _ := mix.readFrom(got); n != 2 || got[0] != 0.5 || got[1] != -0.25 {
+		t.Errorf("mixdown: read %d: %v, want [0.5 -0.25]", n, got[:n])
 	}
 }
 

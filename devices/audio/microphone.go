@@ -84,10 +84,11 @@ func (c MicConfig) Validate() error {
 }
 
 // Microphone captures from a PortAudio input stream at the device's native rate and delivers
-// 16 kHz mono float32 through Read (agent.AudioSource). The stream callback only copies into a
-// preallocated ring; the mixdown, gain and resampling happen in Read, on the reader's
-// goroutine. The amount of audio is what the device delivered, counted in samples: wall time
-// is used only to fill the gap while the device is lost.
+// 16 kHz mono float32 through Read (agent.AudioSource). The stream's pump mixes each device
+// buffer down (with the gain) into a preallocated ring of one channel; the resampling and
+// cleaning happen in Read, on the reader's goroutine. The amount of audio is what the device
+// delivered, counted in samples: wall time is used only to fill the gap while the device is
+// lost.
 //
 // While the device is lost, Read returns silence at real-time pace (from the moment the device
 // last delivered), so the agent's pacing and session carry on; when it is back, Read returns
@@ -107,8 +108,7 @@ type Microphone struct {
 	// Read's state, under readMu.
 	readMu  sync.Mutex
 	rs      *pipeline.Resampler
-	inter   []float32 // interleaved frames from the ring
-	mono    []float32
+	mono    []float32 // from the ring
 	out     []float32 // resampled
 	clean   *cleaner  // nil: nothing asked
 	cleaned []float32
@@ -245,8 +245,7 @@ func (m *Microphone) initReader() error {
 		buf = 2 * time.Second
 	}
 	m.rs = rs
-	m.ring = newRing(max(int(buf.Seconds()*float64(m.rate)), readChunk), m.channels)
-	m.inter = make([]float32, readChunk*m.channels)
+	m.ring = newRing(max(int(buf.Seconds()*float64(m.rate)), readChunk), m.channels, m.cfg.Channel, m.gain)
 	m.mono = make([]float32, readChunk)
 	m.out = make([]float32, 0, rs.OutputLen(readChunk))
 	if m.cfg.Clean.active() {
@@ -375,16 +374,8 @@ func (m *Microphone) fill(p []float32) int {
 	n := copy(p, m.carry)
 	m.carry = m.carry[n:]
 	for n < len(p) {
-		got, start, timing := m.ring.readFrom(m.inter)
-		got /= m.channels
-		var mono []float32
-		if got > 0 {
-			var err error
-			mono, err = pipeline.Float32ToMono(m.mono, m.inter[:got*m.channels], m.channels, m.cfg.Channel, m.gain)
-			if err != nil { // cannot happen: the settings were checked against the device
-				break
-			}
-		}
+		got, start, timing := m.ring.readFrom(m.mono)
+		mono := m.mono[:got]
 		var ready []float32
 		switch {
 		case m.clean == nil:
@@ -513,41 +504,60 @@ func (m *Microphone) Close() error {
 	return err
 }
 
-// ring is the capture buffer between the stream callback and Read: interleaved frames, a fixed
-// size, the oldest frames overwritten (and counted) when the reader falls behind.
+// ring is the capture buffer between the stream callback and Read: the capture mixed down to
+// one channel as it is written (a stereo device's ring is half the size it would be), a fixed
+// size, the oldest samples overwritten (and counted) when the reader falls behind.
 type ring struct {
 	mu      sync.Mutex
 	buf     []float32
-	frame   int // channels
-	r, n    int // read index and fill, in samples
+	r, n    int // read index and fill
 	written int64
 	dropped int64
 	notify  chan struct{} // a token when there is something new
 	fit     clockFit      // capture index at clock time 0 (when the echo canceller wants it)
 	zeros   []float32     // a buffer of silence for writeSilence
+
+	// The writer's: the capture's layout, and a buffer for the mixdown.
+	channels, channel int
+	gain              float32
+	mixed             []float32
 }
 
-func newRing(frames, channels int) *ring {
-	return &ring{buf: make([]float32, frames*channels), frame: channels, notify: make(chan struct{}, 1)}
+// newRing makes a ring of frames samples for a capture of channels channels, of which write
+// keeps channel (or their mix: pipeline.Mixdown) at gain.
+func newRing(frames, channels, channel int, gain float32) *ring {
+	return &ring{buf: make([]float32, frames), notify: make(chan struct{}, 1),
+		channels: max(channels, 1), channel: channel, gain: gain}
 }
 
-// write appends whole frames (the callback's buffer). It does not allocate or block beyond
-// the copy.
+// write appends whole frames of interleaved samples (the callback's buffer), mixed down. One
+// goroutine writes; it does not allocate once its buffer has grown to the device's buffer, and
+// holds the lock for the copy only.
 func (r *ring) write(in []float32) {
-	in = in[:len(in)-len(in)%r.frame]
+	in = in[:len(in)-len(in)%r.channels]
+	mono, err := pipeline.Float32ToMono(r.mixed, in, r.channels, r.channel, r.gain)
+	if err != nil { // cannot happen: the settings were checked against the device
+		return
+	}
+	r.mixed = mono
+	r.append(mono)
+}
+
+// append adds mono samples.
+func (r *ring) append(in []float32) {
 	if len(in) == 0 {
 		return
 	}
 	r.mu.Lock()
-	r.written += int64(len(in) / r.frame)
+	r.written += int64(len(in))
 	if len(in) > len(r.buf) {
-		r.dropped += int64((len(in) - len(r.buf)) / r.frame)
+		r.dropped += int64(len(in) - len(r.buf))
 		in = in[len(in)-len(r.buf):]
 	}
 	if over := r.n + len(in) - len(r.buf); over > 0 {
 		r.r = (r.r + over) % len(r.buf)
 		r.n -= over
-		r.dropped += int64(over / r.frame)
+		r.dropped += int64(over)
 	}
 	w := (r.r + r.n) % len(r.buf)
 	k := copy(r.buf[w:], in)
@@ -562,10 +572,10 @@ func (r *ring) write(in []float32) {
 func (r *ring) writeSilence(frames int) {
 	for frames > 0 {
 		if r.zeros == nil {
-			r.zeros = make([]float32, 1024*r.frame)
+			r.zeros = make([]float32, 1024)
 		}
-		k := min(frames, len(r.zeros)/r.frame)
-		r.write(r.zeros[:k*r.frame])
+		k := min(frames, len(r.zeros))
+		r.append(r.zeros[:k])
 		frames -= k
 	}
 }
@@ -579,14 +589,14 @@ func (r *ring) mark(at float64, rate int, ev timelineEvent) {
 	r.mu.Unlock()
 }
 
-// readFrom moves up to len(dst) samples (whole frames) into dst and returns how many, the
-// capture index of the first frame moved and the capture timing.
+// readFrom moves up to len(dst) samples into dst and returns how many, the capture index of
+// the first one moved and the capture timing.
 func (r *ring) readFrom(dst []float32) (n int, start int64, timing streamTiming) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	start = r.written - int64(r.n/r.frame)
+	start = r.written - int64(r.n)
 	timing = r.fit.timing()
-	n = min(len(dst)-len(dst)%r.frame, r.n)
+	n = min(len(dst), r.n)
 	if n == 0 {
 		return 0, start, timing
 	}
