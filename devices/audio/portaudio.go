@@ -373,10 +373,18 @@ func recordInfo(rec C.omnisatRecord) bufferInfo {
 // maxFramesPerBuffer bounds a stream's buffer.
 const maxFramesPerBuffer = 1 << 16
 
-// bridgeSeconds is the room of a bridge's ring: how far the pump may fall behind the device
-// (a loaded board can hold a goroutine back for a while; the microphone's own ring behind it
-// holds 2 s more).
+// bridgeSeconds is the room of an input bridge's ring: how far the pump may fall behind the
+// device (a loaded board can hold a goroutine back for a while; the microphone's own ring behind
+// it holds 2 s more).
 const bridgeSeconds = 1.0
+
+// outputRingFrames is the room of an output bridge's ring. The pump keeps the larger of
+// outputAhead and two device buffers queued in it, and a device buffer is the one asked for or
+// at most about the latency asked for: four of either and a quarter of a second leave room to
+// spare, where a second of stereo at 48 kHz kept 384 KB for 80 ms of use.
+func outputRingFrames(latency time.Duration, rate, framesPerBuffer int) int {
+	return max(int(max(4*latency.Seconds(), 0.25)*float64(rate)), 4*framesPerBuffer)
+}
 
 // paOpen opens and starts a stream on a device; out (output streams only) is what its Go side
 // asks of the speaker, finished (may be nil) runs when the stream stops. They and fn run on the
@@ -387,7 +395,11 @@ func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate,
 	// An output callback may wait for Go up to half its buffer's latency (at most 25 ms).
 	grace := min(25, max(2, int(latency.Milliseconds()/2)))
 	fade := max(1, int(pipeline.PlaybackFade.Seconds()*float64(rate)))
-	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.uint64_t(max(4096, int(bridgeSeconds*float64(rate)))), C.int(grace), C.int(fade))
+	frames := int(bridgeSeconds * float64(rate))
+	if !input {
+		frames = outputRingFrames(latency, rate, framesPerBuffer)
+	}
+	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.uint64_t(max(4096, frames)), C.int(grace), C.int(fade))
 	if b == nil {
 		return nil, fmt.Errorf("open stream on %q: no memory for its buffers", dev.name)
 	}
