@@ -116,9 +116,10 @@ func NewPlayback(inRate, outRate int) (*Playback, error) {
 		armedAt:  -1,
 	}
 	p.volume.Store(100)
-	// Two seconds of room up front: the queue grows (in Play) only for longer replies, and
-	// shrinks back when they have played.
-	p.baseQueue = 2 * outRate
+	// Half a second of room up front: the queue grows (in Play) for longer replies, and
+	// shrinks back when they have played, so an idle speaker keeps little (two seconds at
+	// 48 kHz were 384 KB, which the collector's heap goal doubles).
+	p.baseQueue = outRate / 2
 	p.q.buf = make([]float32, p.baseQueue)
 	return p, nil
 }
