@@ -45,7 +45,7 @@ type Playback struct {
 	fadeLen         int     // samples of a fade at outRate
 	volStep         float32 // largest gain change per output sample
 	maxQueue        int     // samples at outRate
-	baseQueue       int     // the queue's room up front, samples; it returns to it when dry
+	baseQueue       int     // the room the queue returns to when dry after a long reply, samples
 
 	volume atomic.Int32 // target volume 0..100
 
@@ -116,11 +116,12 @@ func NewPlayback(inRate, outRate int) (*Playback, error) {
 		armedAt:  -1,
 	}
 	p.volume.Store(100)
-	// Half a second of room up front: the queue grows (in Play) for longer replies, and
-	// shrinks back when they have played, so an idle speaker keeps little (two seconds at
-	// 48 kHz were 384 KB, which the collector's heap goal doubles).
-	p.baseQueue = outRate / 2
-	p.q.buf = make([]float32, p.baseQueue)
+	// Half a second of room up front, so that a speaker that has not spoken yet keeps little
+	// (two seconds at 48 kHz are 384 KB). The queue grows (in Play) for replies; once one has
+	// played, a queue that grew past twice baseQueue goes back to baseQueue, so replies of a
+	// few seconds find their room again instead of growing a new one each time.
+	p.baseQueue = 2 * outRate
+	p.q.buf = make([]float32, outRate/2)
 	return p, nil
 }
 
