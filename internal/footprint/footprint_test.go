@@ -52,7 +52,9 @@ import (
 // hands over one 1 s chunk at a time), audio_file_100ms (the
 // same with input_latency: 100ms: blocks as a sound card's 100 ms buffer delivers them),
 // video_file_1fps (the same in video mode, plus a 1 fps 640×480 video
-// file as the camera: one decode and one JPEG a second), audio_pulse (PortAudio microphone and
+// file as the camera: one decode and one JPEG a second), video_raw_1fps (the same with the
+// file's frames uncompressed, as a USB camera's YUV frames come: one colour conversion and one
+// JPEG a second, the camera cost issue 15's video goal counts), audio_pulse (PortAudio microphone and
 // speaker on the virtual sound card: PulseAudio through ALSA's pulse plugin), audio_alsa
 // (PortAudio on a plain ALSA device with no sound server in between, as on a Raspberry Pi: the
 // paced test card of testdata/alsapaced, an ALSA plugin that plays into nothing and captures
@@ -84,6 +86,7 @@ func BenchmarkFootprint(b *testing.B) {
 	}
 	fileAudio := "input: file:" + wavPath + "\n  loop: true\n  output: none"
 	video := filepath.Join(dir, "cam1fps.mp4")
+	rawVideo := filepath.Join(dir, "cam1fps_raw.avi")
 	only := os.Getenv("FOOTPRINT_ONLY")
 	selected := func(row string) bool { return only == "" || slices.Contains(strings.Split(only, ","), row) }
 	if selected("floor") {
@@ -108,6 +111,8 @@ func BenchmarkFootprint(b *testing.B) {
 		{name: "audio_file_100ms", mode: "audio", audio: fileAudio + "\n  input_latency: 100ms", camera: "none"},
 		{name: "video_file_1fps", mode: "video", audio: fileAudio, camera: "file:" + video,
 			setup: func(b *testing.B) { makeVideo(b, video) }},
+		{name: "video_raw_1fps", mode: "video", audio: fileAudio, camera: "file:" + rawVideo,
+			setup: func(b *testing.B) { makeVideo(b, rawVideo, "-c:v", "rawvideo") }},
 		{name: "audio_pulse", mode: "audio", audio: "input: default\n  output: default", camera: "none",
 			setup: func(b *testing.B) { testaudio.Start(b) }},
 		{name: "audio_alsa", mode: "audio", audio: "input: default\n  output: default", camera: "none",
@@ -200,14 +205,15 @@ func startSimulator(b *testing.B, dir string) string {
 	return ""
 }
 
-// makeVideo writes a 640×480 test video at one frame a second.
-func makeVideo(b *testing.B, path string) {
+// makeVideo writes a 640×480 test video at one frame a second (ffmpeg's codec for the file's
+// extension unless codec names one).
+func makeVideo(b *testing.B, path string, codec ...string) {
 	testaudio.Require(b, "ffmpeg")
 	if _, err := os.Stat(path); err == nil {
 		return
 	}
-	if out, err := exec.Command("ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=640x480:rate=1",
-		"-t", "60", "-pix_fmt", "yuv420p", path).CombinedOutput(); err != nil {
+	args := []string{"-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=640x480:rate=1", "-t", "60", "-pix_fmt", "yuv420p"}
+	if out, err := exec.Command("ffmpeg", append(append(args, codec...), path)...).CombinedOutput(); err != nil {
 		b.Fatalf("ffmpeg: %v %s", err, out)
 	}
 }
