@@ -32,7 +32,26 @@ func checkOnceInOrder(t *testing.T, msgs []msg, n int) {
 	}
 }
 
-// The broker goes away mid-conversation: what is said meanwhile is queued and arrives once, in
+// checkInOrderAtLeastOnce: the transcripts are "utterance 0".."utterance n-1" in order, none
+// lost; a transcript may come twice in a row with the same msg_id and nothing else. That is the
+// one repeat an outage can bring: paho sends a message whose Publish waited across the reconnect
+// on the new connection and re-sends its stored copy too (QoS 1 is at least once; a consumer
+// drops the repeat by msg_id). A repeat under another msg_id (the outbox sending a message
+// twice) fails.
+func checkInOrderAtLeastOnce(t *testing.T, msgs []msg, n int) {
+	t.Helper()
+	var distinct []msg
+	for _, m := range msgs {
+		if k := len(distinct); k > 0 && m.Payload == distinct[k-1].Payload {
+			t.Logf("repeated with its msg_id: %s", m.Payload)
+			continue
+		}
+		distinct = append(distinct, m)
+	}
+	checkOnceInOrder(t, distinct, n)
+}
+
+// The broker goes away mid-conversation: what is said meanwhile is queued and arrives, in
 // order, when it is back.
 func TestBrokerOutage(t *testing.T) {
 	br := testbroker.Start(t, testbroker.WithPersistence())
@@ -58,10 +77,10 @@ func TestBrokerOutage(t *testing.T) {
 	for i := 25; i < 30; i++ {
 		fa.emit(utter(i))
 	}
-	msgs := w.waitCount("omnisat/k/transcript", 30, 20*time.Second)
+	// In order, so the last one's arrival means all have come (or are lost: checked below).
+	w.waitFor("omnisat/k/transcript", 20*time.Second, jsonField(t, "text", "utterance 29"))
 	time.Sleep(300 * time.Millisecond) // nothing extra arrives
-	checkOnceInOrder(t, w.all("omnisat/k/transcript"), 30)
-	_ = msgs
+	checkInOrderAtLeastOnce(t, w.all("omnisat/k/transcript"), 30)
 	evs := w.waitCount("omnisat/k/event", 4, wait)
 	for i, e := range evs {
 		if want := fmt.Sprintf("during outage %d", 5+5*i); e.json(t)["reason"] != want {
