@@ -34,10 +34,10 @@ func checkOnceInOrder(t *testing.T, msgs []msg, n int) {
 
 // checkInOrderAtLeastOnce: the transcripts are "utterance 0".."utterance n-1" in order, none
 // lost; a transcript may come twice in a row with the same msg_id and nothing else. That is the
-// one repeat an outage can bring: paho sends a message whose Publish waited across the reconnect
-// on the new connection and re-sends its stored copy too (QoS 1 is at least once; a consumer
-// drops the repeat by msg_id). A repeat under another msg_id (the outbox sending a message
-// twice) fails.
+// repeat an outage can bring: paho re-sends on the new connection the stored copy of what was in
+// flight when the link dropped, which the broker may already have had, or which a Publish that
+// waited across the reconnect sends too (QoS 1 is at least once; a consumer drops the repeat by
+// msg_id). A repeat under another msg_id (the outbox sending a message twice) fails.
 func checkInOrderAtLeastOnce(t *testing.T, msgs []msg, n int) {
 	t.Helper()
 	var distinct []msg
