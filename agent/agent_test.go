@@ -1171,6 +1171,34 @@ func TestVideoFrames(t *testing.T) {
 	h.noRejections()
 }
 
+// mode=video with no camera at all (camera.source: none): chunks carry audio only, from the
+// first frame point on, and capture goes on (it once dereferenced the missing camera there).
+func TestVideoModeWithoutCamera(t *testing.T) {
+	h := newHarness(t, setup{cfg: agent.Config{FramesPerChunk: 2},
+		server: func(c *realtime.Config) { c.Mode = realtime.ModeVideo }})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	if st := h.sup.Status(); st.CameraOn {
+		t.Fatalf("status with no camera says the camera is on: %+v", st)
+	}
+	h.sup.Camera(true) // asked for, still nothing to take frames from
+	for deadline := time.Now().Add(20 * time.Second); len(h.sim.Sessions()[0].Appends) < 6 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.stop()
+	appends := h.sim.Sessions()[0].Appends
+	if len(appends) < 6 {
+		h.explain()
+		t.Fatalf("%d chunks received, want 6", len(appends))
+	}
+	for i, a := range appends {
+		if len(a.Frames) != 0 {
+			t.Fatalf("chunk %d carries %d frames with no camera", i, len(a.Frames))
+		}
+	}
+	checkRamp(t, h.received())
+	h.noRejections()
+}
+
 // Barge-in: the user speaking while the reply plays stops it (force_listen, playback flushed);
 // with barge-in off the same audio interrupts nothing.
 // capSession records the capacity and length of every chunk's audio the agent sends.

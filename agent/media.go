@@ -138,10 +138,8 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 			}
 			cur = append(cur, got...)
 			if framesEvery > 0 && len(cur) >= nextFrameAt {
-				if s.cameraOn.Load() {
-					if f, ok := s.frames.Latest(); ok {
-						frames = append(frames, f)
-					}
+				if f, ok := s.latestFrame(); ok {
+					frames = append(frames, f)
 				}
 				nextFrameAt += framesEvery
 			}
@@ -222,11 +220,20 @@ func (b *chunkBuffers) put(buf []float32) {
 	}
 }
 
+// latestFrame is the camera's newest frame, if there is a camera (mode=video with
+// camera.source none has none) and it is on.
+func (s *Supervisor) latestFrame() ([]byte, bool) {
+	if s.frames == nil || !s.cameraOn.Load() {
+		return nil, false
+	}
+	return s.frames.Latest()
+}
+
 // queueChunk puts the captured audio (and frames) on the backlog.
 func (s *Supervisor) queueChunk(c chunk, framesEvery int) {
 	c.captured = s.now()
-	if len(c.frames) == 0 && framesEvery > 0 && s.cameraOn.Load() {
-		if f, ok := s.frames.Latest(); ok { // interrupt cut before the first frame point
+	if len(c.frames) == 0 && framesEvery > 0 {
+		if f, ok := s.latestFrame(); ok { // interrupt cut before the first frame point
 			c.frames = [][]byte{f}
 		}
 	}

@@ -92,6 +92,10 @@ func startOmnisatArgs(t *testing.T, bin string, args ...string) (cmd *exec.Cmd, 
 	}
 	t.Cleanup(func() {
 		stop()
+		// A run that crashed after the test saw what it wanted still fails it.
+		if out := logs.String(); strings.Contains(out, "\npanic: ") || strings.HasPrefix(out, "panic: ") || strings.Contains(out, "fatal error: ") {
+			t.Error("omnisat crashed")
+		}
 		if t.Failed() {
 			t.Logf("omnisat output:\n%s", logs.String())
 		}
