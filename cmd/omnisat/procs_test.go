@@ -12,21 +12,12 @@ import (
 // schedule trace says how many it uses), and GOMAXPROCS still wins.
 func TestRunGOMAXPROCS(t *testing.T) {
 	bin := buildOmnisat(t)
-	wav, err := filepath.Abs("../../configs/demo/hello.wav")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct{ procs, want string }{{"", "gomaxprocs=1 "}, {"2", "gomaxprocs=2 "}} {
 		t.Run("GOMAXPROCS="+tc.procs, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := filepath.Join(dir, "omnisat.yaml")
-			if err := os.WriteFile(cfg, []byte("audio:\n  input: file:"+wav+"\n  loop: true\n  output: none\ncamera:\n  source: none\n"), 0o600); err != nil {
-				t.Fatal(err)
-			}
 			// An empty GOMAXPROCS is unset for the runtime and for omnisat.
 			t.Setenv("GOMAXPROCS", tc.procs)
 			t.Setenv("GODEBUG", "schedtrace=100")
-			_, logs, stop := startOmnisatArgs(t, bin, "run", "--simulator", "-c", cfg, "--state-dir", dir)
+			logs, stop := runOnDemoWAV(t, bin)
 			defer stop()
 			// Traces from before main ran (a slow start on a busy machine) show the runtime's
 			// default: judge those printed after the banner.
@@ -52,4 +43,49 @@ func TestRunGOMAXPROCS(t *testing.T) {
 			t.Fatalf("no schedule trace within 30 s:\n%s", logs.String())
 		})
 	}
+}
+
+// `omnisat run` collects at GOGC=50 unless GOGC says otherwise, and GOGC still wins: the
+// collector's first cycle reports the heap floor as its goal, 4 MB × GOGC / 100.
+func TestRunGCPercent(t *testing.T) {
+	bin := buildOmnisat(t)
+	for _, tc := range []struct{ gogc, want string }{{"", " 2 MB goal"}, {"25", " 1 MB goal"}} {
+		t.Run("GOGC="+tc.gogc, func(t *testing.T) {
+			// An empty GOGC is unset for the runtime and for omnisat.
+			t.Setenv("GOGC", tc.gogc)
+			t.Setenv("GODEBUG", "gctrace=1")
+			logs, stop := runOnDemoWAV(t, bin)
+			defer stop()
+			deadline := time.Now().Add(60 * time.Second)
+			for time.Now().Before(deadline) {
+				for _, line := range strings.Split(logs.String(), "\n") {
+					if strings.HasPrefix(line, "gc 1 @") {
+						if !strings.Contains(line, tc.want) {
+							t.Fatalf("the first collection %q, want%s", line, tc.want)
+						}
+						return
+					}
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Fatalf("no collection within 60 s:\n%s", logs.String())
+		})
+	}
+}
+
+// runOnDemoWAV starts `omnisat run` on the built-in simulator with the demo WAV looped as its
+// microphone, no speaker and no camera.
+func runOnDemoWAV(t *testing.T, bin string) (logs *syncBuffer, stop func()) {
+	t.Helper()
+	wav, err := filepath.Abs("../../configs/demo/hello.wav")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "omnisat.yaml")
+	if err := os.WriteFile(cfg, []byte("audio:\n  input: file:"+wav+"\n  loop: true\n  output: none\ncamera:\n  source: none\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, logs, stop = startOmnisatArgs(t, bin, "run", "--simulator", "-c", cfg, "--state-dir", dir)
+	return logs, stop
 }
