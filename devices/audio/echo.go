@@ -27,9 +27,10 @@ const (
 )
 
 // refHistory is how much played audio the reference keeps for the microphone to line up with:
-// more than any device buffering plus the canceller's filter. A frame whose reference is older
-// than that (a microphone reader seconds behind) is muted rather than guessed.
-const refHistory = 2 * time.Second
+// more than the capture ring a reader may fall behind by (defaultCaptureRing), any device
+// buffering and the canceller's filter. A frame whose reference is older than that (a
+// microphone reader far behind) is muted rather than guessed.
+const refHistory = defaultCaptureRing + 500*time.Millisecond
 
 // EchoReference carries what the speaker played (after its volume, at the speaker's rate) to
 // the microphone's echo canceller. Give the same reference to SpeakerConfig.Echo and

@@ -44,8 +44,9 @@ type MicConfig struct {
 	// ALSA's own choice, four periods a buffer, cost twice the wake-ups for capture that only
 	// the next chunk waits for.
 	FramesPerBuffer int
-	// Buffer is how much audio the capture ring holds for a slow reader; 0 means 2 s. When
-	// the reader falls further behind, the oldest audio is dropped (and counted).
+	// Buffer is how much audio the capture ring holds for a slow reader; 0 means
+	// defaultCaptureRing (or two latencies, if longer). When the reader falls further behind,
+	// the oldest audio is dropped (and counted).
 	Buffer time.Duration
 	// Clean is the echo cancellation, noise suppression and gain (the zero value: none). It runs
 	// on the 16 kHz stream Read delivers, after resampling, or at the capture rate when that is
@@ -234,6 +235,11 @@ func (m *Microphone) setup(dev paDevice) error {
 	return m.initReader()
 }
 
+// defaultCaptureRing is how far the reader may fall behind the device before audio is dropped:
+// the agent reads as audio comes and never waits on the network, so a second is a stall far
+// beyond any it has; the bridge's ring in front holds half a second more (inputRingFrames).
+const defaultCaptureRing = time.Second
+
 // initReader allocates the ring and the reader's buffers for rate and channels.
 func (m *Microphone) initReader() error {
 	rs, err := pipeline.NewResampler(m.rate, OutputRate)
@@ -242,7 +248,7 @@ func (m *Microphone) initReader() error {
 	}
 	buf := m.cfg.Buffer
 	if buf == 0 {
-		buf = 2 * time.Second
+		buf = max(defaultCaptureRing, 2*m.cfg.Latency)
 	}
 	m.rs = rs
 	m.ring = newRing(max(int(buf.Seconds()*float64(m.rate)), readChunk), m.channels, m.cfg.Channel, m.gain)

@@ -373,10 +373,13 @@ func recordInfo(rec C.omnisatRecord) bufferInfo {
 // maxFramesPerBuffer bounds a stream's buffer.
 const maxFramesPerBuffer = 1 << 16
 
-// bridgeSeconds is the room of an input bridge's ring: how far the pump may fall behind the
-// device (a loaded board can hold a goroutine back for a while; the microphone's own ring behind
-// it holds 2 s more).
-const bridgeSeconds = 1.0
+// inputRingFrames is the room of an input bridge's ring: how far the pump may fall behind the
+// device. The pump takes every buffer as it comes (a loaded board can hold a goroutine back for
+// a while; the microphone's own ring behind it holds a second more): half a second, or four
+// device buffers if longer, where a second of stereo at 48 kHz kept 384 KB.
+func inputRingFrames(rate, framesPerBuffer int) int {
+	return max(rate/2, 4*framesPerBuffer)
+}
 
 // outputRingFrames is the room of an output bridge's ring. The pump keeps the larger of
 // outputAhead and two device buffers queued in it, and a device buffer is the one asked for or
@@ -395,7 +398,7 @@ func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate,
 	// An output callback may wait for Go up to half its buffer's latency (at most 25 ms).
 	grace := min(25, max(2, int(latency.Milliseconds()/2)))
 	fade := max(1, int(pipeline.PlaybackFade.Seconds()*float64(rate)))
-	frames := int(bridgeSeconds * float64(rate))
+	frames := inputRingFrames(rate, framesPerBuffer)
 	if !input {
 		frames = outputRingFrames(latency, rate, framesPerBuffer)
 	}
