@@ -64,10 +64,11 @@ func commands() map[string]command {
 const serviceProcs = 1
 
 // serviceGCPercent is the collector's GOGC in `omnisat run` unless GOGC says otherwise. The
-// service's heap is a megabyte or two of long-lived buffers and allocates little while it
-// streams, so the default's floor (a 4 MB heap before the first collection) is memory the
-// device keeps for garbage; half of it is reached after a few session rollovers instead, and the
-// collections it adds are a few a minute at most.
+// service's heap is a megabyte or two of long-lived buffers and it allocates little while it
+// streams: at the default nothing is collected before the heap reaches the runtime's 4 MB
+// floor, which a half hour of session rollovers fills with garbage the device keeps. At 50 the
+// floor is 2 MB and the goal one and a half times what is live, for a collection about every
+// rollover.
 const serviceGCPercent = 50
 
 func main() {
