@@ -1246,7 +1246,7 @@ func (l *loop) ask(id, question string, o TurnOptions) {
 			s.bus.publish(Answer{ID: id, Error: "no camera frame for the snapshot (camera off or missing)"})
 			return
 		}
-		f, ok := s.latestFrame()
+		f, ok := s.frames.Latest() // camera there and on: checked above
 		if !ok {
 			s.bus.publish(Answer{ID: id, Error: "no camera frame for the snapshot yet"})
 			return
