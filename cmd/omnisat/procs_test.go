@@ -21,26 +21,22 @@ func TestRunGOMAXPROCS(t *testing.T) {
 			defer stop()
 			// Traces from before main ran (a slow start on a busy machine) show the runtime's
 			// default: judge those printed after the banner.
-			deadline := time.Now().Add(30 * time.Second)
-			for time.Now().Before(deadline) {
+			var traces []string
+			waitUntil(t, "three schedule traces after the banner", 30*time.Second, func() bool {
 				_, after, started := strings.Cut(logs.String(), "control socket")
-				var traces []string
+				traces = traces[:0]
 				for _, line := range strings.Split(after, "\n") {
 					if strings.HasPrefix(line, "SCHED ") {
 						traces = append(traces, line)
 					}
 				}
-				if started && len(traces) >= 3 {
-					for _, line := range traces {
-						if !strings.Contains(line, tc.want) {
-							t.Fatalf("schedule trace %q, want %s", line, tc.want)
-						}
-					}
-					return
+				return started && len(traces) >= 3
+			})
+			for _, line := range traces {
+				if !strings.Contains(line, tc.want) {
+					t.Fatalf("schedule trace %q, want %s", line, tc.want)
 				}
-				time.Sleep(50 * time.Millisecond)
 			}
-			t.Fatalf("no schedule trace within 30 s:\n%s", logs.String())
 		})
 	}
 }
@@ -56,19 +52,19 @@ func TestRunGCPercent(t *testing.T) {
 			t.Setenv("GODEBUG", "gctrace=1")
 			logs, stop := runOnDemoWAV(t, bin)
 			defer stop()
-			deadline := time.Now().Add(60 * time.Second)
-			for time.Now().Before(deadline) {
+			var first string
+			waitUntil(t, "collection", 60*time.Second, func() bool {
 				for _, line := range strings.Split(logs.String(), "\n") {
 					if strings.HasPrefix(line, "gc 1 @") {
-						if !strings.Contains(line, tc.want) {
-							t.Fatalf("the first collection %q, want%s", line, tc.want)
-						}
-						return
+						first = line
+						return true
 					}
 				}
-				time.Sleep(100 * time.Millisecond)
+				return false
+			})
+			if !strings.Contains(first, tc.want) {
+				t.Fatalf("the first collection %q, want%s", first, tc.want)
 			}
-			t.Fatalf("no collection within 60 s:\n%s", logs.String())
 		})
 	}
 }
