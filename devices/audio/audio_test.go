@@ -1,12 +1,14 @@
 package audio
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -696,10 +698,35 @@ func TestSpeakerPlaysAndFlushes(t *testing.T) {
 	}
 }
 
+// lossChildEnv marks the process TestDeviceLossAndRecovery runs itself in.
+const lossChildEnv = "OMNISAT_AUDIO_LOSS_CHILD"
+
 // TestDeviceLossAndRecovery stops the sound server under a microphone and a speaker, checks
 // that both report the loss, that Read goes on at real-time pace and the speaker's queue
 // drains, then brings the server back and checks both recover.
+//
+// It runs in a process of its own (this test binary again): when the server dies, libpulse
+// can deadlock inside ALSA's pulse plugin (see the package's README, "When PulseAudio dies"),
+// and the stream's close then never returns. omnisat abandons it and opens a new stream,
+// which this test checks; but PortAudio then stays initialised for the life of the process,
+// which would fail the later tests that need it terminated.
 func TestDeviceLossAndRecovery(t *testing.T) {
+	if os.Getenv(lossChildEnv) == "" {
+		child := exec.Command(os.Args[0], "-test.run=^TestDeviceLossAndRecovery$", "-test.v", "-test.count=1")
+		child.Env = append(os.Environ(), lossChildEnv+"=1")
+		out, err := child.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the test in its own process: %v\n%s", err, out)
+		}
+		t.Logf("the test in its own process:\n%s", out)
+		if bytes.Contains(out, []byte("--- SKIP: TestDeviceLossAndRecovery")) {
+			t.Skip("skipped in its own process (see there)")
+		}
+		if bytes.Contains(out, []byte("closing the stream hangs")) {
+			t.Log("libpulse deadlocked closing a stream, as it can when its server dies; the stream was abandoned and the device recovered")
+		}
+		return
+	}
 	card := testaudio.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
