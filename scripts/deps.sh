@@ -3,7 +3,7 @@
 # (a second run is quick). Works as root or through sudo.
 #
 #   scripts/deps.sh demo      build the binary and run `make demo`: a C compiler, pkg-config,
-#                             PortAudio, OpenCV, speexdsp, ffmpeg (the demo's test picture), Go modules
+#                             PortAudio, OpenCV, libjpeg-turbo, speexdsp, ffmpeg (the demo's test picture), Go modules
 #   scripts/deps.sh package   what `make package` adds: dpkg-dev, mmdebstrap, the arm64 cross
 #                             compilers, qemu-user, lintian
 #   scripts/deps.sh test      everything the tests drive: the demo's and the package's groups, plus
@@ -12,7 +12,7 @@
 #   scripts/deps.sh [all]     every group (`make deps`)
 set -euo pipefail
 
-demo=(pkg-config gcc g++ portaudio19-dev libopencv-dev libspeexdsp-dev ffmpeg)
+demo=(pkg-config gcc g++ portaudio19-dev libopencv-dev libjpeg-dev libspeexdsp-dev ffmpeg)
 package=(dpkg-dev mmdebstrap gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user-static lintian)
 # The packaging tests build and install the packages, so the tests need the package group too.
 test=("${demo[@]}" "${package[@]}"

@@ -157,13 +157,18 @@ func TestEncodeReusesBufferAndReturnsFreshBytes(t *testing.T) {
 	}
 }
 
-func TestEncodeChannels(t *testing.T) {
-	src := testFrame(t, 800, 600)
-	grey, bgra := gocv.NewMat(), gocv.NewMat()
-	defer grey.Close()
-	defer bgra.Close()
+// greyAndBGRA converts a BGR frame to one channel and to four, closed when t ends.
+func greyAndBGRA(t testing.TB, src gocv.Mat) (grey, bgra gocv.Mat) {
+	grey, bgra = gocv.NewMat(), gocv.NewMat()
+	t.Cleanup(func() { grey.Close(); bgra.Close() })
 	gocv.CvtColor(src, &grey, gocv.ColorBGRToGray)
 	gocv.CvtColor(src, &bgra, gocv.ColorBGRToBGRA)
+	return grey, bgra
+}
+
+func TestEncodeChannels(t *testing.T) {
+	src := testFrame(t, 800, 600)
+	grey, bgra := greyAndBGRA(t, src)
 	e := newEncoder(t, jpeg.Options{})
 	for name, m := range map[string]gocv.Mat{"grey": grey, "bgra": bgra} {
 		b, err := e.Encode(m)
@@ -266,4 +271,34 @@ var stdLuminance = [64]int{
 	24, 35, 55, 64, 81, 104, 113, 92,
 	49, 64, 78, 87, 103, 121, 120, 101,
 	72, 92, 95, 98, 112, 100, 103, 99,
+}
+
+// The encoder calls libjpeg-turbo itself (jpegenc.c) where OpenCV's imencode converts every
+// row to RGB first: the JPEG must come out byte for byte as OpenCV's, for BGR, grey and BGRA
+// frames, and for a region of a larger frame (rows further apart than the region is wide).
+func TestEncodeMatchesOpenCV(t *testing.T) {
+	src := testFrame(t, 640, 480)
+	grey, bgra := greyAndBGRA(t, src)
+	region := src.Region(image.Rect(100, 60, 420, 300))
+	defer region.Close()
+	if region.IsContinuous() {
+		t.Fatal("the region is continuous: it would not test the row stride")
+	}
+	for _, quality := range []int{80, 35} {
+		e := newEncoder(t, jpeg.Options{Quality: quality})
+		for name, m := range map[string]gocv.Mat{"bgr": src, "grey": grey, "bgra": bgra, "region": region} {
+			got, err := e.Encode(m)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			want, err := gocv.IMEncodeWithParams(gocv.JPEGFileExt, m, []int{gocv.IMWriteJpegQuality, quality})
+			if err != nil {
+				t.Fatalf("%s: OpenCV: %v", name, err)
+			}
+			if !bytes.Equal(got, want.GetBytes()) {
+				t.Errorf("%s at quality %d: %d bytes, OpenCV's %d, not the same", name, quality, len(got), want.Len())
+			}
+			want.Close()
+		}
+	}
 }
