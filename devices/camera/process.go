@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/omnisat/omnisat/internal/quietin"
 )
 
 // Timings of the camera program's supervision.
@@ -182,15 +184,22 @@ func (p *Process) supervise(ctx context.Context) {
 func (p *Process) runOnce(ctx context.Context) error {
 	cmd := exec.Command(p.path, p.cfg.Args()...)
 	dieWithParent(cmd)
-	stdout, err := cmd.StdoutPipe()
+	// The frames' pipe is read quietly (package quietin): a frame a second otherwise woke the
+	// runtime's monitor thread each time.
+	stdout, stdoutW, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("camera program: %w", err)
 	}
+	defer stdout.Close()
+	cmd.Stdout = stdoutW
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
+		stdoutW.Close()
 		return fmt.Errorf("camera program: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	stdoutW.Close() // the program has its own copy now
+	if err != nil {
 		return fmt.Errorf("start the camera program: %w", err)
 	}
 	logged := make(chan struct{})
@@ -231,7 +240,7 @@ func (p *Process) runOnce(ctx context.Context) error {
 		}
 	}()
 
-	readErr := p.read(NewStreamReader(stdout, p.cfg.MaxFrameBytes()), heard)
+	readErr := p.read(NewStreamReader(quietin.Reader(stdout), p.cfg.MaxFrameBytes()), heard)
 	if errors.Is(readErr, ErrGarbled) {
 		cmd.Process.Kill()
 	}
