@@ -32,6 +32,13 @@ import (
 //     the microphones here are paced in real time, and a count of chunks would not do, as a
 //     chunk is cut short where speech may start over the model's reply (about one in eight
 //     with the demo WAV);
+//   - cpu-steady-ms/s: CPU of omnisat and its children per second of steady streaming, from
+//     /proc/PID/task/*/schedstat 3 s after the session started and at the end of the long run.
+//     No start-up in it at all: where start-up costs differ from run to run (the PulseAudio
+//     row: ALSA's pulse plugin spins PortAudio's capture thread until the first audio comes,
+//     1–2 s of CPU that is not the same in the short and the long run), the difference above
+//     is off by that much and this figure is not. A thread that ends between the samples takes
+//     its CPU with it; none does in steady streaming;
 //   - chunks/s: chunks sent per streamed second, to show those cuts;
 //   - startup-cpu-ms: CPU when omnisat printed its banner (devices open, agent built), summed
 //     over its threads and children from /proc/PID/task/*/schedstat (nanoseconds);
@@ -136,11 +143,17 @@ func BenchmarkFootprint(b *testing.B) {
 				s := runOnce(b, bin, cfg, dir, short, false)
 				l := runOnce(b, bin, cfg, dir, long, os.Getenv("FOOTPRINT_LOG") == "1")
 				streamed := l.streamed - s.streamed
+				if os.Getenv("FOOTPRINT_LOG") == "1" {
+					// The per-second figure is a difference: say what it is made of.
+					b.Logf("short run: %v of CPU, %v streamed, %d chunks; long run: %v, %v, %d chunks",
+						s.cpu, s.streamed.Round(time.Millisecond), s.chunks, l.cpu, l.streamed.Round(time.Millisecond), l.chunks)
+				}
 				if streamed <= 0 {
 					b.Fatalf("the long run streamed %v, the short %v", l.streamed, s.streamed)
 				}
 				b.ReportMetric(float64(l.cpu-s.cpu)/float64(time.Millisecond)/streamed.Seconds(), "cpu-ms/s")
 				b.ReportMetric(l.wakeups, "wakeups/s")
+				b.ReportMetric(l.steady, "cpu-steady-ms/s")
 				b.ReportMetric(float64(l.startup)/float64(time.Millisecond), "startup-cpu-ms")
 				b.ReportMetric(float64(l.privFirst)/1e6, "private-MB")
 				b.ReportMetric(float64(l.privLast-l.privFirst)/1e6, "private-growth-MB")
@@ -225,6 +238,7 @@ type footprint struct {
 	streamed            time.Duration // wall time from the session's start to the status call
 	chunks              uint64        // chunks the agent sent
 	wakeups             float64       // voluntary context switches a second, steady streaming
+	steady              float64       // CPU ms a second, steady streaming
 	privFirst, privLast int64         // private memory, bytes: the first and last samples
 	privMax             int64         // and the largest
 }
@@ -270,10 +284,11 @@ func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) f
 	}
 	end := time.Now().Add(d)
 	var vcs0 int64
+	var cpu0 time.Duration
 	var t0 time.Time
 	if d > 5*time.Second {
 		time.Sleep(3 * time.Second)
-		vcs0, t0 = switchesOf(tree(pid)), time.Now()
+		vcs0, cpu0, t0 = switchesOf(tree(pid)), cpuOf(tree(pid)), time.Now()
 		for next := t0.Add(2 * time.Second); next.Before(end); next = next.Add(5 * time.Second) {
 			time.Sleep(time.Until(next))
 			p := privateOf(tree(pid))
@@ -289,6 +304,7 @@ func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) f
 	time.Sleep(time.Until(end))
 	if !t0.IsZero() {
 		fp.wakeups = float64(switchesOf(tree(pid))-vcs0) / time.Since(t0).Seconds()
+		fp.steady = float64(cpuOf(tree(pid))-cpu0) / float64(time.Millisecond) / time.Since(t0).Seconds()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	resp, err := control.Call(ctx, filepath.Join(dir, "control.sock"), control.Request{Cmd: "status"})
