@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/omnisat/omnisat/internal/quietin"
 )
 
 // On Linux the session's TCP socket is read and written with raw system calls made from inside
@@ -39,32 +41,13 @@ func socketOf(conn net.Conn) syscall.RawConn {
 // bindRaw makes the poller's callbacks once, when the conn is made: a closure per call would
 // escape to the poller and cost an allocation for every read, write and SIOCOUTQ query.
 func (c *countingConn) bindRaw() {
-	c.rd.fn, c.wr.fn, c.oq.fn = c.rd.read, c.wr.write, c.oq.ask
+	c.rd.Bind(c.sock)
+	c.wr.fn, c.oq.fn = c.wr.write, c.oq.ask
 	c.wr.oq, c.wr.written = &c.oq, &c.written
 }
 
-// rawRead is one raw read's state, kept in the conn with its callback (see bindRaw).
-type rawRead struct {
-	p     []byte
-	n     int
-	errno syscall.Errno
-	fn    func(fd uintptr) bool
-}
-
-// read is the poller's callback: false while the socket has nothing to read.
-func (r *rawRead) read(fd uintptr) bool {
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
-		switch e {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false // nothing yet: wait for readiness
-		}
-		r.n, r.errno = int(n), e
-		return true
-	}
-}
+// rawRead is the reader's raw reads (package quietin's), kept in the conn (see bindRaw).
+type rawRead = quietin.RawRead
 
 // Read reads with a raw system call. Like the WebSocket connection above it, it has one reader
 // at a time.
@@ -72,11 +55,7 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	if c.sock == nil || len(p) == 0 {
 		return c.Conn.Read(p)
 	}
-	rd := &c.rd
-	rd.p, rd.n, rd.errno = p, 0, 0
-	err := c.sock.Read(rd.fn)
-	n, errno := rd.n, rd.errno
-	rd.p = nil
+	n, errno, err := c.rd.Read(p)
 	switch {
 	case err != nil:
 		return 0, c.opError("read", err)
@@ -88,7 +67,7 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// rawWrite is one raw write's state, kept in the conn with its callback, as rawRead's.
+// rawWrite is one raw write's state, kept in the conn with its callback (see bindRaw).
 // Writes come one at a time (gorilla/websocket holds its write lock around each, control frames
 // included); the mutex makes that a guarantee rather than an assumption.
 type rawWrite struct {
@@ -158,7 +137,7 @@ func (c *countingConn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
-// outq is the state of one SIOCOUTQ query, kept in the conn with its callback, as rawRead's.
+// outq is the state of one SIOCOUTQ query, kept in the conn with its callback (see bindRaw).
 // Its mutex also orders the query against the raw writer's sends (see rawWrite).
 type outq struct {
 	mu    sync.Mutex

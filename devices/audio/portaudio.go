@@ -452,10 +452,8 @@ func (s *paStream) pump(fn streamCallback, finished func(), channels int, input 
 	b := s.bridge
 	ring, records := bridgeRing(b, channels), bridgeRecords(b)
 	var scratch []float32
-	wait, err := counterwait.Waiter(s.wake) // one wake-up per bump, sysmon left asleep
-	if err != nil {
-		return
-	}
+	wait := counterwait.Waiter(s.wake) // one wake-up per bump, sysmon left asleep
+
 	var rr uint64 // input: records read
 	for {
 		if err := wait(); err != nil {

@@ -10,13 +10,50 @@ import (
 	"unsafe"
 )
 
+// RawRead reads a non-blocking descriptor in the runtime's poller with raw read calls, for one
+// reader at a time. Its poller callback is made once (Bind), so that a read allocates nothing;
+// a RawRead must not be copied after Bind. The realtime package's sockets read through it too.
+type RawRead struct {
+	rc    syscall.RawConn
+	p     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
+}
+
+// Bind makes r read rc.
+func (r *RawRead) Bind(rc syscall.RawConn) {
+	r.rc, r.fn = rc, r.read
+}
+
+// read is the poller's callback: false while the descriptor has nothing to read.
+func (r *RawRead) read(fd uintptr) bool {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // nothing yet: wait for readiness
+		}
+		r.n, r.errno = int(n), e
+		return true
+	}
+}
+
+// Read reads into p, which must not be empty: the bytes read (0 at the end of the stream) and
+// the read's error number, or the poller's error (the descriptor closed, a deadline passed).
+func (r *RawRead) Read(p []byte) (int, syscall.Errno, error) {
+	r.p, r.n, r.errno = p, 0, 0
+	err := r.rc.Read(r.fn)
+	n, errno := r.n, r.errno
+	r.p = nil
+	return n, errno, err
+}
+
 type raw struct {
 	name string
-	rc   syscall.RawConn
-	p    []byte // the read under way's buffer (one read at a time, as for any io.Reader)
-	n    int
-	errn syscall.Errno
-	read func(fd uintptr) bool
+	rd   RawRead
 }
 
 // rawReader is nil when f's descriptor is not non-blocking: a raw read could then block the
@@ -33,18 +70,8 @@ func rawReader(f *os.File) io.Reader {
 	}) != nil || !nonblocking {
 		return nil
 	}
-	r := &raw{name: f.Name(), rc: rc}
-	r.read = func(fd uintptr) bool {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
-		switch e {
-		case syscall.EAGAIN:
-			return false // wait in the poller
-		case syscall.EINTR:
-			return r.read(fd)
-		}
-		r.n, r.errn = int(n), e
-		return true
-	}
+	r := &raw{name: f.Name()}
+	r.rd.Bind(rc)
 	return r
 }
 
@@ -52,18 +79,16 @@ func (r *raw) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	r.p = p
-	err := r.rc.Read(r.read)
-	r.p = nil
+	n, errno, err := r.rd.Read(p)
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return 0, err
 	case err != nil: // the poller's only other answer: the file is closed
 		return 0, &os.PathError{Op: "read", Path: r.name, Err: os.ErrClosed}
-	case r.errn != 0:
-		return 0, r.errn
-	case r.n == 0:
+	case errno != 0:
+		return 0, errno
+	case n == 0:
 		return 0, io.EOF
 	}
-	return r.n, nil
+	return n, nil
 }

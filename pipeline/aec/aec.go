@@ -353,12 +353,7 @@ func (p *Processor) startWorker() {
 		return
 	}
 	done := os.NewFile(uintptr(w.donefd), "aec-done")
-	wait, err := counterwait.Waiter(done)
-	if err != nil {
-		done.Close()
-		C.worker_stop(w)
-		return
-	}
+	wait := counterwait.Waiter(done)
 	w.echo, w.pre, w.frame = p.echo, p.pre, C.int(p.frame)
 	p.worker, p.done, p.wait = w, done, wait
 }
