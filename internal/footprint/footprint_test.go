@@ -288,7 +288,8 @@ func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) f
 	var t0 time.Time
 	if d > 5*time.Second {
 		time.Sleep(3 * time.Second)
-		vcs0, cpu0, t0 = switchesOf(tree(pid)), cpuOf(tree(pid)), time.Now()
+		pids := tree(pid)
+		vcs0, cpu0, t0 = switchesOf(pids), cpuOf(pids), time.Now()
 		for next := t0.Add(2 * time.Second); next.Before(end); next = next.Add(5 * time.Second) {
 			time.Sleep(time.Until(next))
 			p := privateOf(tree(pid))
@@ -303,8 +304,9 @@ func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) f
 	}
 	time.Sleep(time.Until(end))
 	if !t0.IsZero() {
-		fp.wakeups = float64(switchesOf(tree(pid))-vcs0) / time.Since(t0).Seconds()
-		fp.steady = float64(cpuOf(tree(pid))-cpu0) / float64(time.Millisecond) / time.Since(t0).Seconds()
+		pids, seconds := tree(pid), time.Since(t0).Seconds()
+		fp.wakeups = float64(switchesOf(pids)-vcs0) / seconds
+		fp.steady = float64(cpuOf(pids)-cpu0) / float64(time.Millisecond) / seconds
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	resp, err := control.Call(ctx, filepath.Join(dir, "control.sock"), control.Request{Cmd: "status"})

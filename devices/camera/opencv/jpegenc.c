@@ -5,7 +5,6 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <jpeglib.h>
 #include <jerror.h>
 #include "jpegenc.h"
