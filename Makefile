@@ -35,13 +35,15 @@ package:
 	@scripts/deps.sh package
 	@packaging/package.sh
 
-## bench: the benchmarks, with memory figures
+## bench: the benchmarks, with memory figures (installs what they drive, as make test does)
 bench:
+	@scripts/deps.sh test
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 ## footprint: what the real binary costs (CPU per streamed second, wake-ups, private memory,
 ## start-up) against a simulator in another process; FOOTPRINT_LONG=30m for the soak
 footprint:
+	@scripts/deps.sh test
 	$(GO) test -run '^$$' -bench Footprint -benchtime 1x -timeout 90m ./internal/footprint
 
 # The arm64 sysroot stays in ~/.cache/omnisat (1.1 GB, slow to remake).
