@@ -3,10 +3,11 @@
 // shrunk and encoded as a JPEG (Encoder: OpenCV's libjpeg-turbo). It runs in the camera's own
 // program (cmd/omnisat-camera), never in the agent's process: see devices/camera.
 //
-// One goroutine owns the OpenCV capture. It grabs every frame the source delivers, so that
-// the camera's queue never holds stale images, but decodes and encodes only EncodeFPS of them
-// a second. When the camera is lost it reports so once, and reopens it with exponential backoff
-// until it is back. See README.md in this folder.
+// One thread of its own (grabber.go) owns the OpenCV capture while it streams. It grabs every
+// frame the source delivers, so that the camera's queue never holds stale images, but decodes
+// and encodes only EncodeFPS of them a second, and Go hears from it only for those. When the
+// camera is lost it reports so once, and reopens it with exponential backoff until it is back.
+// See README.md in this folder.
 package opencv
 
 import (
@@ -14,13 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"runtime"
 	"sync"
 	"time"
 
-	"gocv.io/x/gocv"
+	"golang.org/x/sys/unix"
 
 	"github.com/omnisat/omnisat/devices/camera"
 )
@@ -172,8 +172,6 @@ func (c *Camera) run(ctx context.Context, enc *Encoder, interval time.Duration, 
 	defer close(c.done)
 	defer c.publish(nil, time.Time{}) // stopped: no frame
 	defer enc.Close()
-	frame := gocv.NewMat()
-	defer frame.Close()
 
 	backoff := c.cfg.Retry
 	for attempt := 0; ; attempt++ {
@@ -185,7 +183,7 @@ func (c *Camera) run(ctx context.Context, enc *Encoder, interval time.Duration, 
 			backoff = min(2*backoff, c.cfg.RetryMax)
 		}
 		wasUp := false
-		err := c.session(ctx, enc, &frame, interval, func() {
+		err := c.session(ctx, enc, interval, func() {
 			wasUp = true
 			backoff = c.cfg.Retry
 			if ready != nil {
@@ -213,73 +211,78 @@ func (c *Camera) run(ctx context.Context, enc *Encoder, interval time.Duration, 
 }
 
 // session opens the source and streams from it until it fails or ctx ends. up is called after
-// the first frame has been published.
-func (c *Camera) session(ctx context.Context, enc *Encoder, frame *gocv.Mat, interval time.Duration, up func()) error {
+// the first frame has been published. The grabbing, pacing and encoding run on the grabber's
+// thread (grabber.go says why); this goroutine publishes what it encodes, and reopens a file
+// that has ended so that it loops.
+func (c *Camera) session(ctx context.Context, enc *Encoder, interval time.Duration, up func()) error {
 	cp, err := c.open()
 	if err != nil {
 		return fmt.Errorf("open camera %q: %w", c.src.Name, err)
 	}
-	defer func() { cp.close() }()
+	defer cp.close()
 
-	var pace *pacer
+	fps := 0.0
 	if c.src.Kind == camera.SourceFile {
-		fps := cp.get(propFPS)
-		if !(fps > 0 && fps <= 1000) {
+		if fps = cp.get(propFPS); !(fps > 0 && fps <= 1000) {
 			c.log.Warn("video file reports no usable frame rate; playing at 30 fps", "fps", fps)
 			fps = 30
 		}
-		pace = newPacer(fps)
 	}
-	var next time.Time // when the next frame is to be encoded; zero: at once
-	first := true
-	grabbed := 0 // since the capture was (re)opened
-	for {
-		if pace != nil && !pace.wait(ctx) {
-			return ctx.Err()
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		ok, err := cp.grab()
-		if err != nil {
-			return fmt.Errorf("read camera %q: %w", c.src.Name, err)
-		}
-		if !ok {
-			if c.src.Kind == camera.SourceFile && grabbed > 0 {
-				// End of the file: play it again. Reopening (rather than seeking) notices a file
-				// that has been deleted or replaced.
-				cp.close()
-				if cp, err = c.open(); err != nil {
-					return fmt.Errorf("reopen camera %q to loop: %w", c.src.Name, err)
-				}
-				grabbed = 0
-				continue
+	sched := newSchedule(fps, interval)
+	defer sched.free()
+	stop, err := newStopSignal(ctx)
+	if err != nil {
+		return fmt.Errorf("camera %q: %w", c.src.Name, err)
+	}
+	defer stop.close()
+
+	loopFile := ""
+	if c.src.Kind == camera.SourceFile {
+		loopFile = c.src.URI
+	}
+	gr, err := startGrabber(cp, enc, sched, stop.fd, loopFile)
+	if err != nil {
+		return fmt.Errorf("camera %q: %w", c.src.Name, err)
+	}
+	defer gr.free()
+	for first := true; ; first = false {
+		b, how := gr.next()
+		if b == nil {
+			if how == grabStopped {
+				return context.Cause(ctx)
 			}
-			return fmt.Errorf("read camera %q: no frame (end of stream, or the device is gone)", c.src.Name)
+			return gr.grabError(how, c.src.Name)
 		}
-		grabbed++
-		now := time.Now()
-		if now.Before(next) {
-			continue // drop it undecoded
-		}
-		if err := cp.retrieve(frame); err != nil {
-			return fmt.Errorf("decode frame from camera %q: %w", c.src.Name, err)
-		}
-		b, err := enc.Encode(*frame)
-		if err != nil {
-			return fmt.Errorf("camera %q: %w", c.src.Name, err)
-		}
-		c.publish(b, now)
+		c.publish(b, time.Now())
 		if first {
-			first = false
 			up()
 		}
-		// Keep to the rate on average (the next due time moves by whole intervals), without
-		// bursts after a stall.
-		if next = next.Add(interval); next.Before(now) {
-			next = now.Add(interval)
-		}
 	}
+}
+
+// stopSignal is an eventfd that becomes readable when ctx ends: the grabber's thread polls it
+// between frames and sleeps on it while it paces a file.
+type stopSignal struct {
+	f       *os.File
+	fd      int
+	release func() bool
+}
+
+func newStopSignal(ctx context.Context) (*stopSignal, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	s := &stopSignal{f: os.NewFile(uintptr(fd), "camera-stop"), fd: fd}
+	s.release = context.AfterFunc(ctx, func() {
+		s.f.Write([]byte{1, 0, 0, 0, 0, 0, 0, 0}) // fails harmlessly once closed
+	})
+	return s, nil
+}
+
+func (s *stopSignal) close() {
+	s.release()
+	s.f.Close()
 }
 
 // open opens the source and asks for the configured mode. The error does not name the source.
@@ -320,41 +323,6 @@ func (c *Camera) open() (*capture, error) {
 	}
 	c.log.Info("camera opened", "width", cp.get(propFrameWidth), "height", cp.get(propFrameHeight), "fps", cp.get(propFPS))
 	return cp, nil
-}
-
-// pacer releases frames of a file at its frame rate: frame n is due at start + n/fps, counted
-// against the clock, so that sleeping late does not add up to drift.
-type pacer struct {
-	period time.Duration
-	start  time.Time
-	n      int64
-	timer  *time.Timer
-}
-
-func newPacer(fps float64) *pacer {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &pacer{period: time.Duration(math.Round(float64(time.Second) / fps)), start: time.Now(), timer: t}
-}
-
-// wait blocks until the next frame is due; false when ctx ended first.
-func (p *pacer) wait(ctx context.Context) bool {
-	due := p.start.Add(time.Duration(p.n) * p.period)
-	now := time.Now()
-	if now.Sub(due) > time.Second { // far behind (a stall): start counting again
-		p.start, p.n, due = now, 0, now
-	}
-	p.n++
-	if d := due.Sub(now); d > 0 {
-		p.timer.Reset(d)
-		select {
-		case <-p.timer.C:
-		case <-ctx.Done():
-			p.timer.Stop()
-			return false
-		}
-	}
-	return ctx.Err() == nil
 }
 
 // sleep waits for d; false when ctx ended first.

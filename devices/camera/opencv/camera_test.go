@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/omnisat/omnisat/devices/camera"
+	"github.com/omnisat/omnisat/pipeline/jpeg"
 )
 
 // The camera is what the agent takes frames from (agent.FrameSource); the agent is not
@@ -35,16 +36,17 @@ func requireFFmpeg(t testing.TB) {
 	}
 }
 
-// makeVideo writes an H.264 test-pattern video (a moving pattern with a frame counter) and
-// returns its path. It writes to a temporary name first, so that a camera polling path never
-// opens a half-written file.
-func makeVideo(t testing.TB, path string, w, h int, fps int, seconds float64) string {
+// makeVideo writes a test-pattern video (a moving pattern with a frame counter; H.264 for .mp4
+// unless codec says otherwise, e.g. "-c:v", "rawvideo") and returns its path. It writes to a
+// temporary name first, so that a camera polling path never opens a half-written file.
+func makeVideo(t testing.TB, path string, w, h int, fps int, seconds float64, codec ...string) string {
 	t.Helper()
 	requireFFmpeg(t)
-	tmp := path + ".part.mp4"
-	out, err := exec.Command("ffmpeg", "-hide_banner", "-loglevel", "error", "-y",
+	tmp := path + ".part" + filepath.Ext(path)
+	args := []string{"-hide_banner", "-loglevel", "error", "-y",
 		"-f", "lavfi", "-i", fmt.Sprintf("testsrc=size=%dx%d:rate=%d", w, h, fps),
-		"-t", fmt.Sprint(seconds), "-pix_fmt", "yuv420p", tmp).CombinedOutput()
+		"-t", fmt.Sprint(seconds), "-pix_fmt", "yuv420p"}
+	out, err := exec.Command("ffmpeg", append(append(args, codec...), tmp)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ffmpeg: %v\n%s", err, out)
 	}
@@ -335,25 +337,78 @@ func TestCloseAndCancelLeakNothing(t *testing.T) {
 	}
 }
 
-func TestPacerDoesNotDrift(t *testing.T) {
-	p := newPacer(200) // 5 ms a frame
-	start := time.Now()
-	for i := 0; i < 100; i++ {
-		if !p.wait(context.Background()) {
-			t.Fatal("wait ended early")
+// TestGrabberPacesWithoutDrift: the grabber's thread plays a file at its frame rate, counted
+// against the clock (work between frames does not add up), grabs every frame, encodes those
+// due, and stops at once when told to, even in the middle of a long wait for a frame.
+func TestGrabberPacesWithoutDrift(t *testing.T) {
+	path := makeVideo(t, filepath.Join(t.TempDir(), "fast.mp4"), 64, 48, 200, 0.5) // 100 frames, 5 ms apart
+	src, _ := camera.ParseSource("file:" + path)
+	enc := newEncoder(t, jpeg.Options{})
+	run := func(fps float64, interval time.Duration, stopAfterFirst bool) (frames int, how grabEnd, grabbed int64, took time.Duration) {
+		cp, err := openCapture(src)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond) // work between frames must not add up
+		defer cp.close()
+		sched := newSchedule(fps, interval)
+		defer sched.free()
+		stop, err := newStopSignal(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop.close()
+		start := time.Now()
+		gr, err := startGrabber(cp, enc, sched, stop.fd, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gr.free()
+		for {
+			b, how := gr.next()
+			if b == nil {
+				return frames, how, gr.grabbed(), time.Since(start)
+			}
+			if decodeJPEG(t, b).Bounds().Size() != image.Pt(64, 48) {
+				t.Fatal("a frame of the wrong size")
+			}
+			frames++
+			time.Sleep(time.Millisecond) // work between frames must not add up
+			if stopAfterFirst {
+				stop.f.Write([]byte{1, 0, 0, 0, 0, 0, 0, 0})
+			}
+		}
 	}
-	// 100 frames: the last is due at 99 × 5 ms.
-	// Pacing can only be late under load, never early: the lower bound is the test.
-	if d := time.Since(start); d < 490*time.Millisecond || d > 5*time.Second {
-		t.Errorf("100 frames at 200 fps took %v, want about 0.5 s", d)
+
+	// 100 frames at 200 fps: the last is due at 99 × 5 ms. Pacing can only be late under load,
+	// never early: the lower bound is the test. Encoding every 20 ms keeps about one in four.
+	frames, how, grabbed, took := run(200, 20*time.Millisecond, false)
+	if how != grabNoFrame || grabbed != 100 {
+		t.Errorf("the grabber ended with %d after %d frames, want %d after 100", how, grabbed, grabNoFrame)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	p = newPacer(0.1)
-	p.wait(ctx) // the first frame is due at once
-	if p.wait(ctx) {
-		t.Error("wait with a cancelled context reported true")
+	if took < 490*time.Millisecond || took > 5*time.Second {
+		t.Errorf("100 frames at 200 fps took %v, want about 0.5 s", took)
+	}
+	if most := int(took/(20*time.Millisecond)) + 1; frames < 5 || frames > most {
+		t.Errorf("%d frames encoded at one per 20 ms over %v, want about 25 (5..%d)", frames, took, most)
+	}
+
+	// A frame every 10 s: the first comes at once, and a stop ends the wait for the second.
+	frames, how, _, took = run(0.1, time.Millisecond, true)
+	if frames != 1 || how != grabStopped || took > 5*time.Second {
+		t.Errorf("stopped while waiting for a frame: %d frames, ended with %d after %v; want 1, %d, at once", frames, how, took, grabStopped)
+	}
+}
+
+// The grabber's thread shrinks frames as jpeg.OutputSize says.
+func TestOutputSizeMatchesGo(t *testing.T) {
+	for w := 1; w <= 2000; w += 37 {
+		for h := 1; h <= 2000; h += 41 {
+			for _, edge := range []int{16, 320, 640, 1280} {
+				gw, gh := jpeg.OutputSize(w, h, edge)
+				if cw, ch := outputSize(w, h, edge); cw != gw || ch != gh {
+					t.Fatalf("%dx%d to fit %d: C %dx%d, Go %dx%d", w, h, edge, cw, ch, gw, gh)
+				}
+			}
+		}
 	}
 }

@@ -74,10 +74,4 @@ int cam_retrieve(CamCapture p, void* mat) {
 
 const char* cam_error(CamCapture p) { return static_cast<Cam*>(p)->err.c_str(); }
 
-const unsigned char* cam_mat_pixels(void* mat, int* stride) {
-    cv::Mat* m = static_cast<cv::Mat*>(mat);
-    *stride = static_cast<int>(m->step[0]);
-    return m->data;
-}
-
 }  // extern "C"

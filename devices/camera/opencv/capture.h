@@ -20,9 +20,6 @@ int cam_grab(CamCapture c);
 // mat is a cv::Mat* (gocv.Mat.Ptr()).
 int cam_retrieve(CamCapture c, void* mat);
 const char* cam_error(CamCapture c);
-// The first pixel of a 2-D cv::Mat* and the bytes from one row to the next (a region of a
-// larger image is not continuous).
-const unsigned char* cam_mat_pixels(void* mat, int* stride);
 
 #ifdef __cplusplus
 }

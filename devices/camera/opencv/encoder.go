@@ -2,15 +2,13 @@ package opencv
 
 /*
 #cgo LDFLAGS: -ljpeg
-#include "capture.h"
-#include "jpegenc.h"
+#include "grabber.h"
 */
 import "C"
 
 import (
 	"errors"
 	"fmt"
-	"image"
 	"unsafe"
 
 	"gocv.io/x/gocv"
@@ -20,18 +18,18 @@ import (
 
 // The JPEG is libjpeg-turbo's, called directly on the Mat's BGR rows (jpegenc.c), the library
 // OpenCV encodes with too: OpenCV 4.6 first copies every row from BGR to RGB with a plain loop,
-// a fifth of its encode at 640×480. OpenCV does the shrinking. Both were chosen over
-// image/jpeg for speed on the boards omnisat runs on (OpenCV's encode 0.65 ms against 3.8 ms
-// for a 640×480 frame at quality 80).
+// a fifth of its encode at 640×480. OpenCV does the shrinking (grabber.cpp: cam_encode, which
+// the camera's grabber thread calls too). Both were chosen over image/jpeg for speed on the
+// boards omnisat runs on (OpenCV's encode 0.65 ms against 3.8 ms for a 640×480 frame at
+// quality 80).
 
-// Encoder shrinks and encodes frames. It keeps its resize buffer between calls, so encoding
-// frames of one size allocates no OpenCV image per frame. An Encoder is not safe for concurrent
-// use: give each goroutine its own.
+// Encoder shrinks and encodes frames. It keeps its resize and output buffers between calls, so
+// encoding frames of one size allocates no OpenCV image per frame. An Encoder is not safe for
+// concurrent use: give each goroutine its own.
 type Encoder struct {
-	opts    jpeg.Options
-	resized gocv.Mat
-	jpg     *C.omnisatJpeg
-	closed  bool
+	opts   jpeg.Options
+	c      *C.CamEncoder
+	closed bool
 }
 
 // ErrClosed is returned by Encode after Close.
@@ -43,11 +41,11 @@ func NewEncoder(o jpeg.Options) (*Encoder, error) {
 		return nil, fmt.Errorf("new jpeg encoder: %w", err)
 	}
 	o = o.WithDefaults()
-	jpg := C.omnisat_jpeg_new()
-	if jpg == nil {
+	c := C.cam_encoder_new(C.int(o.MaxEdge), C.int(o.Quality))
+	if c == nil {
 		return nil, errors.New("new jpeg encoder: libjpeg could not start")
 	}
-	return &Encoder{opts: o, resized: gocv.NewMat(), jpg: jpg}, nil
+	return &Encoder{opts: o, c: c}, nil
 }
 
 // Options returns the settings in use, defaults filled in.
@@ -63,23 +61,10 @@ func (e *Encoder) Encode(src gocv.Mat) ([]byte, error) {
 	if err := check(src); err != nil {
 		return nil, fmt.Errorf("encode jpeg: %w", err)
 	}
-	w, h := src.Cols(), src.Rows()
-	img := src
-	if ow, oh := jpeg.OutputSize(w, h, e.opts.MaxEdge); ow != w || oh != h {
-		// INTER_AREA is OpenCV's advice for shrinking (no moiré); at 2:1 it takes a fast path.
-		gocv.Resize(src, &e.resized, image.Pt(ow, oh), 0, 0, gocv.InterpolationArea)
-		img = e.resized
-	}
-	var stride C.int
-	pixels := C.cam_mat_pixels(unsafe.Pointer(img.Ptr()), &stride)
 	var out *C.uchar
 	var n C.ulong
-	if C.omnisat_jpeg_encode(e.jpg, pixels, C.int(img.Cols()), C.int(img.Rows()), stride,
-		C.int(img.Channels()), C.int(e.opts.Quality), &out, &n) != 1 {
-		return nil, fmt.Errorf("encode jpeg %dx%d: %s", img.Cols(), img.Rows(), C.GoString(C.omnisat_jpeg_error(e.jpg)))
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("encode jpeg %dx%d: libjpeg produced no bytes", img.Cols(), img.Rows())
+	if C.cam_encode(e.c, unsafe.Pointer(src.Ptr()), &out, &n) != 1 {
+		return nil, errors.New(C.GoString(C.cam_encoder_error(e.c)))
 	}
 	return C.GoBytes(unsafe.Pointer(out), C.int(n)), nil
 }
@@ -102,13 +87,13 @@ func check(m gocv.Mat) error {
 	return fmt.Errorf("the frame's type is %v, want 8-bit with 1, 3 or 4 channels", m.Type())
 }
 
-// Close releases the resize buffer. Closing twice is harmless.
+// Close releases the buffers. Closing twice is harmless.
 func (e *Encoder) Close() error {
 	if e.closed {
 		return nil
 	}
 	e.closed = true
-	C.omnisat_jpeg_free(e.jpg)
-	e.jpg = nil
-	return e.resized.Close()
+	C.cam_encoder_free(e.c)
+	e.c = nil
+	return nil
 }
