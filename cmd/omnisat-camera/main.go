@@ -8,7 +8,8 @@
 //	omnisat-camera --source file:cam.mp4 --encode-fps 1 > frames
 //
 // It exits 0 when told to stop (SIGTERM, SIGINT) and after -h, 1 when its output is gone, 2 for
-// bad flags.
+// bad flags. Nothing but the frames' stream may write to its standard output: a pipe there is
+// put into non-blocking mode (quietout.OwnPipe).
 package main
 
 import (
@@ -26,11 +27,18 @@ import (
 
 	"github.com/omnisat/omnisat/devices/camera"
 	"github.com/omnisat/omnisat/devices/camera/opencv"
+	"github.com/omnisat/omnisat/internal/quietout"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	// The agent's pipe is this program's alone: frames go out with raw writes that wait in the
+	// runtime's poller, not blocking-style calls that wake its monitor thread at every frame.
+	var stdout io.Writer = os.Stdout
+	if w, ok := quietout.OwnPipe(os.Stdout); ok {
+		stdout = w
+	}
+	code := run(ctx, os.Args[1:], stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

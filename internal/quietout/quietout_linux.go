@@ -3,6 +3,9 @@
 package quietout
 
 import (
+	"io"
+	"os"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -56,4 +59,67 @@ func quietWrite(k kind, fd uintptr, p []byte) int {
 		return int(n)
 	}
 	return 0
+}
+
+// ownPipe writes to a pipe this process alone writes to, in non-blocking mode, with raw
+// system calls, waiting for room in the runtime's poller.
+type ownPipe struct {
+	f  *os.File // holds the descriptor (and keeps its finalizer from closing it)
+	rc syscall.RawConn
+}
+
+// OwnPipe returns a writer for f when f is a pipe that this process alone writes to (a
+// supervisor's pipe to a child program, say), and false otherwise. It puts the pipe into
+// non-blocking mode — which is why it must be this process's alone — and writes everything,
+// however large, with raw system calls, waiting for room in the runtime's poller: no write
+// wakes the runtime's monitor thread, where New writes whatever is larger than PIPE_BUF the
+// ordinary way. f must stay open while the writer is used.
+func OwnPipe(f *os.File) (io.Writer, bool) {
+	var fd uintptr
+	rc, err := f.SyscallConn()
+	if err != nil || rc.Control(func(d uintptr) { fd = d }) != nil || kindOf(fd) != pipe {
+		return nil, false
+	}
+	dup, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		unix.Close(dup)
+		return nil, false
+	}
+	nf := os.NewFile(uintptr(dup), f.Name()) // non-blocking: in the poller
+	if rc, err = nf.SyscallConn(); err != nil {
+		nf.Close()
+		return nil, false
+	}
+	return &ownPipe{f: nf, rc: rc}, true
+}
+
+func (w *ownPipe) Write(p []byte) (int, error) {
+	done := 0
+	var werr error
+	err := w.rc.Write(func(fd uintptr) bool {
+		for done < len(p) {
+			n, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
+			switch e {
+			case 0:
+				done += int(n)
+			case unix.EAGAIN:
+				return false // full: wait for room in the poller
+			case unix.EINTR:
+			default:
+				werr = e
+				return true
+			}
+		}
+		return true
+	})
+	if werr == nil {
+		werr = err
+	}
+	if werr != nil {
+		werr = &os.PathError{Op: "write", Path: w.f.Name(), Err: werr}
+	}
+	return done, werr
 }

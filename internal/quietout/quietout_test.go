@@ -2,6 +2,7 @@ package quietout
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -161,5 +163,63 @@ func TestFile(t *testing.T) {
 	}
 	if !bytes.Equal(b, want()) {
 		t.Fatalf("the file holds %d bytes, not the %d written in order", len(b), len(want()))
+	}
+}
+
+// OwnPipe writes everything, however large and however slowly the reader drains the pipe, in
+// order, with no ordinary write at all; a pipe whose reader is gone is an error (EPIPE), not a
+// signal; anything but a pipe is refused.
+func TestOwnPipe(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("OwnPipe is Linux's only")
+	}
+	r, wf, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wf.Close()
+	w, ok := OwnPipe(wf)
+	if !ok {
+		t.Fatal("OwnPipe refused a pipe")
+	}
+	var all []byte
+	for i := range 12 {
+		all = append(all, bytes.Repeat([]byte{byte('a' + i)}, 100_000+i)...)
+	}
+	done := make(chan []byte)
+	go func() {
+		var got []byte
+		buf := make([]byte, 7000)
+		for len(got) < len(all) {
+			time.Sleep(time.Millisecond) // slower than the writer: the pipe fills again and again
+			n, err := r.Read(buf)
+			if err != nil {
+				break
+			}
+			got = append(got, buf[:n]...)
+		}
+		done <- got
+	}()
+	for p := all; len(p) > 0; p = p[min(len(p), 300_000):] {
+		chunk := p[:min(len(p), 300_000)]
+		if n, err := w.Write(chunk); n != len(chunk) || err != nil {
+			t.Fatalf("Write: %d of %d bytes, %v", n, len(chunk), err)
+		}
+	}
+	if got := <-done; !bytes.Equal(got, all) {
+		t.Fatalf("the reader got %d bytes, not the %d written in order", len(got), len(all))
+	}
+	r.Close()
+	if _, err := w.Write([]byte("gone")); !errors.Is(err, syscall.EPIPE) {
+		t.Errorf("a write after the reader closed: %v, want EPIPE", err)
+	}
+
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, ok := OwnPipe(f); ok {
+		t.Error("OwnPipe took a regular file")
 	}
 }
