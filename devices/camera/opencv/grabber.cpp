@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -159,6 +160,10 @@ void* end(CamGrabber* g, int how, const char* msg) {
 // pacing a file at its frame rate, and retrieves and encodes one whenever one is due and Go has
 // taken the last. Go hears from it only then, and when it ends.
 void* run(void* arg) {
+    // Signals for the process (SIGTERM, SIGINT) go to Go's threads, not through a C thread.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
     CamGrabber* g = static_cast<CamGrabber*>(arg);
     Grabber* in = static_cast<Grabber*>(g->impl);
     CamSchedule* s = in->sched;
