@@ -211,9 +211,8 @@ func (c *Camera) run(ctx context.Context, enc *Encoder, interval time.Duration, 
 }
 
 // session opens the source and streams from it until it fails or ctx ends. up is called after
-// the first frame has been published. The grabbing, pacing and encoding run on the grabber's
-// thread (grabber.go says why); this goroutine publishes what it encodes, and reopens a file
-// that has ended so that it loops.
+// the first frame has been published. The grabbing, pacing, encoding and a file's looping run
+// on the grabber's thread (grabber.go says why); this goroutine publishes what it encodes.
 func (c *Camera) session(ctx context.Context, enc *Encoder, interval time.Duration, up func()) error {
 	cp, err := c.open()
 	if err != nil {

@@ -98,6 +98,9 @@ func (c *capture) get(prop int) float64 {
 	return float64(C.cam_get(c.p, C.int(prop)))
 }
 
+// grab and retrieve are the grabber thread's two steps (grabber.cpp) as calls from Go, for
+// BenchmarkFileFrame's per-frame figures.
+//
 // grab takes the next frame from the device or stream without converting it: for a V4L2
 // camera that is a buffer dequeue (MJPEG stays undecoded); for the FFmpeg backend the packet
 // is decoded but not converted to BGR. It reports false when no frame came.
