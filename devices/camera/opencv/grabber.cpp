@@ -156,6 +156,17 @@ void* end(CamGrabber* g, int how, const char* msg) {
     return nullptr;
 }
 
+// fail ends the thread after an OpenCV call that threw (r < 0: its message, as the Go side's
+// calls say it) or refused (the reason given).
+void* fail(CamGrabber* g, int how, CamCapture cap, int r, const char* refused) {
+    char msg[sizeof g->err];
+    if (r < 0)
+        snprintf(msg, sizeof msg, "OpenCV error: %s", cam_error(cap));
+    else
+        snprintf(msg, sizeof msg, "%s", refused);
+    return end(g, how, msg);
+}
+
 // run grabs every frame the source delivers (so that its queue never holds stale images),
 // pacing a file at its frame rate, and retrieves and encodes one whenever one is due and Go has
 // taken the last. Go hears from it only then, and when it ends.
@@ -182,7 +193,7 @@ void* run(void* arg) {
             return end(g, CAM_STOPPED, nullptr);
         int r = cam_grab(in->cap);
         if (r < 0)
-            return end(g, CAM_GRAB_FAILED, cam_error(in->cap));
+            return fail(g, CAM_GRAB_FAILED, in->cap, r, nullptr);
         if (r == 0 && !in->loop_file.empty() && g->grabbed > 0) {
             // The end of the file: play it again. Reopening (rather than seeking) notices a
             // file that has been deleted or replaced.
@@ -193,7 +204,7 @@ void* run(void* arg) {
             }
             r = cam_open(in->cap, in->loop_file.c_str(), in->api);
             if (r != 1)
-                return end(g, CAM_REOPEN_FAILED, r < 0 ? cam_error(in->cap) : "OpenCV (FFmpeg backend) could not open it");
+                return fail(g, CAM_REOPEN_FAILED, in->cap, r, "OpenCV (FFmpeg backend) could not open it");
             __atomic_store_n(&g->grabbed, 0, __ATOMIC_RELAXED);
             continue;
         }
@@ -205,7 +216,7 @@ void* run(void* arg) {
             continue;  // drop it undecoded
         r = cam_retrieve(in->cap, &in->frame);
         if (r != 1)
-            return end(g, CAM_DECODE_FAILED, r < 0 ? cam_error(in->cap) : "no image in the grabbed frame");
+            return fail(g, CAM_DECODE_FAILED, in->cap, r, "no image in the grabbed frame");
         const unsigned char* out;
         unsigned long size;
         if (cam_encode(in->enc, &in->frame, &out, &size) != 1)

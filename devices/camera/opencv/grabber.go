@@ -122,12 +122,9 @@ func outputSize(w, h, maxEdge int) (int, int) {
 func (gr *grabber) grabError(how grabEnd, name string) error {
 	switch how {
 	case grabFailed:
-		return fmt.Errorf("read camera %q: OpenCV error: %s", name, gr.err())
+		return fmt.Errorf("read camera %q: %s", name, gr.err())
 	case grabDecodeFailed:
-		if msg := gr.err(); msg != "no image in the grabbed frame" {
-			return fmt.Errorf("decode frame from camera %q: OpenCV error: %s", name, msg)
-		}
-		return fmt.Errorf("decode frame from camera %q: no image in the grabbed frame", name)
+		return fmt.Errorf("decode frame from camera %q: %s", name, gr.err())
 	case grabEncodeFailed:
 		return fmt.Errorf("camera %q: %s", name, gr.err())
 	case grabReopenFailed:
