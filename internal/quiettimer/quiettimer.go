@@ -1,0 +1,46 @@
+// Package quiettimer is a timer that is re-armed without cost while it never fires: a link
+// watchdog pushed back at every message, a deadline moved as a reply grows.
+//
+// A runtime timer (time.Timer, a net.Conn deadline) that is moved later still wakes the process
+// at the moment it was first due: the runtime keeps the earlier time in its heap until it next
+// looks, and both the poller and its monitor thread (sysmon) sleep only until then. A streaming
+// session that extends a read deadline at every message, a write deadline at every chunk and
+// checks a ping timer every few seconds was woken that way about twice a second — each time
+// the monitor's naps too — for nothing.
+//
+// On Linux a Timer is a timerfd waited for in the runtime's poller: Reset and Stop move the
+// kernel's timer with one raw system call (no scheduler involvement, no wake-up), and only a
+// real expiry wakes the process. Elsewhere, or if the descriptor cannot be made, it is a
+// time.Timer.
+package quiettimer
+
+import "time"
+
+// Timer delivers a tick on C when it expires. As with a time.Timer before Go 1.23, a tick may
+// still be on its way after a Reset or Stop: receivers check what they were waiting for
+// against the clock and re-arm the timer when it is not due yet.
+type Timer struct {
+	C <-chan struct{}
+
+	impl
+}
+
+// New returns a stopped Timer. Close releases it.
+func New() *Timer {
+	t := &Timer{}
+	t.C = t.impl.start()
+	return t
+}
+
+// Reset makes the timer expire once, d from now (at once if d ≤ 0).
+func (t *Timer) Reset(d time.Duration) { t.impl.reset(d) }
+
+// Stop keeps the timer from expiring until the next Reset.
+func (t *Timer) Stop() { t.impl.stop() }
+
+// Close stops the timer for good and releases what it holds.
+func (t *Timer) Close() { t.impl.close() }
+
+// Fires is how many expiries the timer has delivered: a timer that is always pushed back in
+// time never fires (tests and wake-up accounting).
+func (t *Timer) Fires() int64 { return t.impl.fires() }
