@@ -16,3 +16,9 @@ func WithNetDialForTest(c Config, dial func(ctx context.Context, network, addr s
 	c.netDial = dial
 	return c
 }
+
+// WatchdogFiresForTest is how many times s's link watchdogs (silence, stall) have expired.
+func WatchdogFiresForTest(s Session) (silence, stall int64) {
+	ss := s.(*session)
+	return ss.silence.Fires(), ss.stall.Fires()
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/omnisat/omnisat/internal/quiettimer"
 )
 
 // outMsg is one frame for the writer goroutine.
@@ -124,6 +127,17 @@ type session struct {
 
 	bytesSent, bytesRecv atomic.Uint64
 	heardAt              atomic.Int64 // when the server last spoke on its own (a frame or a ping), Unix ns
+	pongAt               atomic.Int64 // when the server last answered a ping of ours, Unix ns
+
+	// The link's watchdogs (watchLoop): silence expires PingInterval after the server last
+	// spoke (a ping is due, then the link may be dead), stall WriteTimeout after a write began
+	// that has not ended. Both are pushed back at every message and every write; they are
+	// quiettimers, which do that without waking the process at the times they were first
+	// due, as read and write deadlines moved at every message did (about twice a second while
+	// streaming). writingSince is when the write under way began (Unix ns; 0: none).
+	silence, stall *quiettimer.Timer
+	writingSince   atomic.Int64
+	pingDue        chan struct{} // capacity 1: watchLoop asks the writer for a ping
 
 	lastServerErr atomic.Pointer[Error] // the latest gateway error, to explain a following close
 	initSent      atomic.Bool
@@ -204,8 +218,9 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 	}
 	s.conn = conn
 	conn.SetReadLimit(cfg.MaxFrameBytes)
+	s.silence, s.stall, s.pingDue = quiettimer.New(), quiettimer.New(), make(chan struct{}, 1)
 	s.heard()
-	conn.SetPongHandler(func(string) error { s.extendDeadline(time.Now()); return nil })
+	conn.SetPongHandler(func(string) error { s.pongAt.Store(time.Now().UnixNano()); return nil })
 	conn.SetPingHandler(func(data string) error {
 		s.heard()
 		// A failed pong is not the reader's business: if the link is gone, the next read says
@@ -214,9 +229,10 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 		return nil
 	})
 
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.readLoop()
 	go s.writeLoop()
+	go s.watchLoop()
 
 	if err := s.setup(ctx); err != nil {
 		s.closeOnce.Do(func() { close(s.closeCalled) }) // nobody will read the events now
@@ -564,12 +580,10 @@ func (s *session) emit(ev Event, last bool) {
 	}
 }
 
-// writeLoop is the only writer of messages: it sleeps until the queue has work or a ping is due
-// (the server has been silent for a ping interval).
+// writeLoop is the only writer of messages: it sleeps until the queue has work or watchLoop
+// says a ping is due.
 func (s *session) writeLoop() {
 	defer s.wg.Done()
-	ping := time.NewTimer(s.cfg.PingInterval)
-	defer ping.Stop()
 	for {
 		select {
 		case <-s.wake:
@@ -582,19 +596,69 @@ func (s *session) writeLoop() {
 					return
 				}
 			}
-		case <-ping.C:
-			if silent := time.Since(time.Unix(0, s.heardAt.Load())); silent < s.cfg.PingInterval {
-				// The server spoke since: the link is known to be alive, and a ping and its
-				// pong would only wake both ends (while streaming, it answers every chunk).
-				ping.Reset(s.cfg.PingInterval - silent)
-				continue
-			}
+		case <-s.pingDue:
 			if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WriteTimeout)); err != nil {
 				s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
 					Message: fmt.Sprintf("ping %s", s.cfg.redactedEndpoint())}, "", "")
 				return
 			}
-			ping.Reset(s.cfg.PingInterval)
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// watchLoop keeps the link honest: a ping (by the writer) once the server has been silent for
+// PingInterval (none while it answers the stream), the link declared dead when nothing — no
+// frame, no pong — came for DeadLinkTimeout, and a write that has not ended within
+// WriteTimeout given up. While the server speaks and writes go out, neither timer ever
+// expires. A tick may be stale (the timer was pushed back meanwhile): each is checked against
+// the clock first.
+func (s *session) watchLoop() {
+	defer s.wg.Done()
+	defer s.silence.Close()
+	defer s.stall.Close()
+	var pingAt time.Time // our last ping
+	for {
+		select {
+		case <-s.silence.C:
+			now := time.Now()
+			heard := time.Unix(0, s.heardAt.Load())
+			if silent := now.Sub(heard); silent < s.cfg.PingInterval {
+				s.silence.Reset(s.cfg.PingInterval - silent)
+				continue
+			}
+			alive := heard
+			if pong := time.Unix(0, s.pongAt.Load()); pong.After(alive) {
+				alive = pong
+			}
+			if now.Sub(alive) >= s.cfg.DeadLinkTimeout {
+				// The reader's deadline: it ends the session with its dead-link error.
+				s.conn.SetReadDeadline(time.Unix(1, 0))
+				return
+			}
+			if now.Sub(pingAt) >= s.cfg.PingInterval || pingAt.Before(heard) {
+				// The writer sends it: this loop never waits on the socket, so that a write
+				// stuck behind a dead link cannot hold off the checks.
+				select {
+				case s.pingDue <- struct{}{}:
+				default:
+				}
+				pingAt = now
+			}
+			s.silence.Reset(min(pingAt.Add(s.cfg.PingInterval).Sub(now), alive.Add(s.cfg.DeadLinkTimeout).Sub(now)))
+		case <-s.stall.C:
+			began := s.writingSince.Load()
+			if began == 0 {
+				continue // the write ended meanwhile
+			}
+			if left := s.cfg.WriteTimeout - time.Since(time.Unix(0, began)); left > 0 {
+				s.stall.Reset(left)
+				continue
+			}
+			s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: os.ErrDeadlineExceeded,
+				Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}, "", "")
+			return
 		case <-s.done:
 			return
 		}
@@ -639,9 +703,13 @@ func (s *session) write(m outMsg) bool {
 		if m.media && !s.waitHold() {
 			return false
 		}
-		s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		s.bytesSent.Add(uint64(to - from))
-		if err := s.conn.WriteMessage(typ, m.data[from:to]); err != nil {
+		s.writingSince.Store(time.Now().UnixNano())
+		s.stall.Reset(s.cfg.WriteTimeout)
+		err := s.conn.WriteMessage(typ, m.data[from:to])
+		s.writingSince.Store(0)
+		s.stall.Stop()
+		if err != nil {
 			s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
 				Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}, "", "")
 			return false
@@ -735,17 +803,11 @@ func (s *session) growSendBuffer(size int) {
 	}
 }
 
-// extendDeadline gives the link DeadLinkTimeout from now to show a sign of life.
-func (s *session) extendDeadline(now time.Time) {
-	s.conn.SetReadDeadline(now.Add(s.cfg.DeadLinkTimeout))
-}
-
-// heard notes that the server spoke on its own (a frame or a ping, not the pong to ours), and
-// keeps the link alive.
+// heard notes that the server spoke on its own (a frame or a ping, not the pong to ours): no
+// ping is due for PingInterval, and the link is alive.
 func (s *session) heard() {
-	now := time.Now()
-	s.heardAt.Store(now.UnixNano())
-	s.extendDeadline(now)
+	s.heardAt.Store(time.Now().UnixNano())
+	s.silence.Reset(s.cfg.PingInterval)
 }
 
 // end records why the session ended (first call wins) and what the peer never got, says goodbye

@@ -1,0 +1,87 @@
+package realtime_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/omnisat/omnisat/realtime"
+	"github.com/omnisat/omnisat/realtime/realtimetest"
+)
+
+// While the server answers the stream, the link's watchdogs are pushed back at every message and
+// every write and never expire: no ping, no deadline check, nothing that wakes the process. The
+// stream runs for three ping intervals; a run in which the machine held the answers back for
+// half an interval proves nothing and is run again.
+func TestWatchdogsQuietWhileStreaming(t *testing.T) {
+	const ping = time.Second
+	for attempt := 1; ; attempt++ {
+		srv := strictServer(t, realtimetest.Options{})
+		cfg := fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio)
+		cfg.PingInterval, cfg.DeadLinkTimeout, cfg.WriteTimeout = ping, 3*ping, 10*time.Second
+		s := dial(t, cfg)
+		var r reply
+		last, maxGap := time.Now(), time.Duration(0)
+		for start := time.Now(); time.Since(start) < 3*ping; {
+			send(t, s, realtime.Chunk{Audio: silence(4000)})
+			listens := r.listens
+			drain(t, s, &r, func(realtime.Event) bool { return r.listens > listens })
+			maxGap, last = max(maxGap, time.Since(last)), time.Now()
+			time.Sleep(50 * time.Millisecond)
+		}
+		silenceFires, stallFires := realtime.WatchdogFiresForTest(s)
+		if maxGap < ping/2 {
+			if silenceFires != 0 || stallFires != 0 {
+				t.Fatalf("the watchdogs expired %d and %d times while the server answered every chunk (longest silence %v)", silenceFires, stallFires, maxGap)
+			}
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("the server's answers came %v apart or more in three runs", maxGap)
+		}
+		t.Logf("run %d: answers came up to %v apart; again", attempt, maxGap)
+	}
+}
+
+// A server that stops reading fills the socket: the write under way ends the session after
+// WriteTimeout with a write error, however long the link may otherwise stay silent.
+func TestWriteStallEndsSession(t *testing.T) {
+	release := make(chan struct{})
+	url := scriptServer(t, func(ws *websocket.Conn) {
+		ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.queue_done"}`))
+		if _, _, err := ws.ReadMessage(); err != nil { // the init
+			return
+		}
+		ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created","session_id":"sess_1"}`))
+		<-release // reads nothing more
+	})
+	t.Cleanup(func() { close(release) }) // before the server's Close, which waits for this handler
+	cfg := realtime.Config{URL: url, Dialect: realtime.DialectCurrent, Mode: realtime.ModeAudio,
+		PingInterval: 30 * time.Minute, DeadLinkTimeout: time.Hour, WriteTimeout: 300 * time.Millisecond, DialTimeout: 5 * time.Second}
+	s := dial(t, cfg)
+	go func() {
+		for s.Send(context.Background(), realtime.Chunk{Audio: silence(160000)}) == nil {
+		}
+	}()
+	var r reply
+	deadline := time.After(time.Minute)
+	for r.closed == nil {
+		select {
+		case ev, ok := <-s.Events():
+			if !ok {
+				t.Fatal("events ended without Closed")
+			}
+			r.add(ev)
+		case <-deadline:
+			t.Fatal("a write stalled for a minute and the session did not end")
+		}
+	}
+	e := r.closed.Err
+	if e == nil || e.Code != realtime.CodeWriteFailed || e.Class != realtime.ClassRetryable || !errors.Is(e, os.ErrDeadlineExceeded) {
+		t.Fatalf("ended with %v, want a retryable %s (deadline exceeded)", e, realtime.CodeWriteFailed)
+	}
+}
