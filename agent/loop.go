@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/omnisat/omnisat/internal/quiettimer"
 	"github.com/omnisat/omnisat/pipeline"
 	"github.com/omnisat/omnisat/realtime"
 )
@@ -159,7 +160,7 @@ type loop struct {
 	dialDone    chan dialResult
 	queuedAhead chan *attempt // a rollover's pre-opened session was put in the server's queue
 	wg          sync.WaitGroup
-	wake        *time.Timer
+	wake        *quiettimer.Timer // moved at nearly every event: see quiettimer
 	wakeAt      time.Time
 
 	want        bool  // a session is wanted (policy, commands)
@@ -194,14 +195,13 @@ type loop struct {
 
 func newLoop(s *Supervisor, ctx context.Context) *loop {
 	l := &loop{s: s, ctx: ctx, dialDone: make(chan dialResult, 2),
-		queuedAhead: make(chan *attempt, 1), wake: time.NewTimer(time.Hour)}
-	l.wake.Stop()
+		queuedAhead: make(chan *attempt, 1), wake: quiettimer.New()}
 	return l
 }
 
 func (l *loop) run(captureErr <-chan error) error {
 	s := l.s
-	defer l.wake.Stop()
+	defer l.wake.Close()
 	l.lastActive = s.now()
 	if s.cfg.Policy == PolicyAlways && !s.held.Load() {
 		l.start("policy always")
@@ -253,6 +253,7 @@ func (l *loop) run(captureErr <-chan error) error {
 			l.handleSpeech(speaking)
 		case <-s.playCh:
 		case <-l.wake.C:
+			// Possibly a tick from before the last move (reconcile re-arms it then).
 			l.wakeAt = time.Time{}
 			s.timerWakes.Add(1)
 		}
