@@ -189,8 +189,9 @@ func (l *link) run(ctx context.Context, done chan<- struct{}) {
 
 // watch waits until the stream stops delivering (returning when it last did, and why) or ctx
 // ends (nil error). It wakes when PortAudio reports the stream stopped, and twice per
-// stallTimeout to see whether the frame count still moves: a device that hangs without
-// PortAudio noticing is found within 1.5 stallTimeouts.
+// stallTimeout to see whether the frame count still moves (and, when it has not, whether
+// PortAudio still runs the stream): a device that hangs without PortAudio noticing is found
+// within 1.5 stallTimeouts.
 func (l *link) watch(ctx context.Context) (time.Time, error) {
 	g := l.gen.Load()
 	check := time.NewTicker(l.stallTimeout / 2)
@@ -212,7 +213,9 @@ func (l *link) watch(ctx context.Context) (time.Time, error) {
 				return last(), fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
 			}
 		case now := <-check.C:
-			if !l.streamActive() {
+			// A stream that delivered since the last check runs: asking PortAudio is a call
+			// into C, which wakes the runtime's monitor thread (and its naps) for nothing.
+			if !l.deliveredWithin(now, l.stallTimeout/2) && !l.streamActive() {
 				return last(), fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
 			}
 			switch at := last(); {
