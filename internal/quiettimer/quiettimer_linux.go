@@ -18,6 +18,7 @@ import (
 type impl struct {
 	file     *os.File     // the timerfd, in the poller; nil when the runtime timer stands in
 	fallback *time.Timer  // when no timerfd could be made
+	closed   atomic.Bool  // the fallback's Close: a later Reset does nothing
 	fired    atomic.Int64 // expiries delivered
 	done     chan struct{}
 
@@ -80,7 +81,9 @@ func (t *impl) arm(d time.Duration) {
 
 func (t *impl) reset(d time.Duration) {
 	if t.fallback != nil {
-		t.fallback.Reset(d)
+		if !t.closed.Load() {
+			t.fallback.Reset(d)
+		}
 		return
 	}
 	t.arm(max(d, time.Nanosecond)) // a zero value would disarm it
@@ -96,6 +99,7 @@ func (t *impl) stop() {
 
 func (t *impl) close() {
 	if t.fallback != nil {
+		t.closed.Store(true)
 		t.fallback.Stop()
 		return
 	}

@@ -8,8 +8,9 @@ import (
 )
 
 type impl struct {
-	timer *time.Timer
-	fired atomic.Int64
+	timer  *time.Timer
+	fired  atomic.Int64
+	closed atomic.Bool
 }
 
 func (t *impl) start() <-chan struct{} {
@@ -25,8 +26,17 @@ func (t *impl) start() <-chan struct{} {
 	return c
 }
 
-func (t *impl) reset(d time.Duration) { t.timer.Reset(d) }
-func (t *impl) stop()                 { t.timer.Stop() }
-func (t *impl) close()                { t.timer.Stop() }
+func (t *impl) reset(d time.Duration) {
+	if !t.closed.Load() { // a Reset after Close does nothing
+		t.timer.Reset(d)
+	}
+}
+
+func (t *impl) stop() { t.timer.Stop() }
+
+func (t *impl) close() {
+	t.closed.Store(true)
+	t.timer.Stop()
+}
 
 func (t *impl) fires() int64 { return t.fired.Load() }
