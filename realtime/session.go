@@ -126,15 +126,19 @@ type session struct {
 	closeReason atomic.Value // string: the reason we sent in session.close
 
 	bytesSent, bytesRecv atomic.Uint64
-	heardAt              atomic.Int64 // when the server last spoke on its own (a frame or a ping), Unix ns
-	pongAt               atomic.Int64 // when the server last answered a ping of ours, Unix ns
+	// born is when the session was made; the link's times below are durations since then on the
+	// monotonic clock (see since), so that a wall clock set at boot (a Pi without a real-time
+	// clock, when NTP first answers) neither kills a live link nor hides a dead one.
+	born    time.Time
+	heardAt atomic.Int64 // when the server last spoke on its own (a frame or a ping)
+	pongAt  atomic.Int64 // when the server last answered a ping of ours
 
 	// The link's watchdogs (watchLoop): silence expires PingInterval after the server last
 	// spoke (a ping is due, then the link may be dead), stall WriteTimeout after a write began
 	// that has not ended. Both are pushed back at every message and every write; they are
 	// quiettimers, which do that without waking the process at the times they were first
 	// due, as read and write deadlines moved at every message did (about twice a second while
-	// streaming). writingSince is when the write under way began (Unix ns; 0: none).
+	// streaming). writingSince is when the write under way began (0: none).
 	silence, stall *quiettimer.Timer
 	writingSince   atomic.Int64
 	pingDue        chan struct{} // capacity 1: watchLoop asks the writer for a ping
@@ -154,6 +158,7 @@ type session struct {
 func dial(ctx context.Context, cfg Config) (Session, error) {
 	pool := &samplePool{}
 	s := &session{
+		born:        time.Now(),
 		cfg:         cfg,
 		codec:       newCodec(cfg, pool),
 		audio:       pool,
@@ -220,7 +225,7 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 	conn.SetReadLimit(cfg.MaxFrameBytes)
 	s.silence, s.stall, s.pingDue = quiettimer.New(), quiettimer.New(), make(chan struct{}, 1)
 	s.heard()
-	conn.SetPongHandler(func(string) error { s.pongAt.Store(time.Now().UnixNano()); return nil })
+	conn.SetPongHandler(func(string) error { s.pongAt.Store(s.since()); return nil })
 	conn.SetPingHandler(func(data string) error {
 		s.heard()
 		// A failed pong is not the reader's business: if the link is gone, the next read says
@@ -618,26 +623,24 @@ func (s *session) watchLoop() {
 	defer s.wg.Done()
 	defer s.silence.Close()
 	defer s.stall.Close()
-	var pingAt time.Time // our last ping
+	var pingAt time.Duration // our last ping (since born; 0: none yet)
 	for {
 		select {
 		case <-s.silence.C:
-			now := time.Now()
-			heard := time.Unix(0, s.heardAt.Load())
-			if silent := now.Sub(heard); silent < s.cfg.PingInterval {
+			now := time.Duration(s.since())
+			heard := time.Duration(s.heardAt.Load())
+			if silent := now - heard; silent < s.cfg.PingInterval {
 				s.silence.Reset(s.cfg.PingInterval - silent)
 				continue
 			}
-			alive := heard
-			if pong := time.Unix(0, s.pongAt.Load()); pong.After(alive) {
-				alive = pong
-			}
-			if now.Sub(alive) >= s.cfg.DeadLinkTimeout {
-				// The reader's deadline: it ends the session with its dead-link error.
-				s.conn.SetReadDeadline(time.Unix(1, 0))
+			alive := max(heard, time.Duration(s.pongAt.Load()))
+			if now-alive >= s.cfg.DeadLinkTimeout {
+				// Ended from here, not by a deadline for the reader: a reader held up by a slow
+				// consumer would not see one, and a write stuck behind the dead link would stay.
+				s.end(s.deadLinkError(os.ErrDeadlineExceeded), "", "")
 				return
 			}
-			if now.Sub(pingAt) >= s.cfg.PingInterval || pingAt.Before(heard) {
+			if pingAt == 0 || now-pingAt >= s.cfg.PingInterval || pingAt < heard {
 				// The writer sends it: this loop never waits on the socket, so that a write
 				// stuck behind a dead link cannot hold off the checks.
 				select {
@@ -646,13 +649,13 @@ func (s *session) watchLoop() {
 				}
 				pingAt = now
 			}
-			s.silence.Reset(min(pingAt.Add(s.cfg.PingInterval).Sub(now), alive.Add(s.cfg.DeadLinkTimeout).Sub(now)))
+			s.silence.Reset(min(pingAt+s.cfg.PingInterval, alive+s.cfg.DeadLinkTimeout) - now)
 		case <-s.stall.C:
 			began := s.writingSince.Load()
 			if began == 0 {
 				continue // the write ended meanwhile
 			}
-			if left := s.cfg.WriteTimeout - time.Since(time.Unix(0, began)); left > 0 {
+			if left := s.cfg.WriteTimeout - time.Duration(s.since()-began); left > 0 {
 				s.stall.Reset(left)
 				continue
 			}
@@ -704,7 +707,7 @@ func (s *session) write(m outMsg) bool {
 			return false
 		}
 		s.bytesSent.Add(uint64(to - from))
-		s.writingSince.Store(time.Now().UnixNano())
+		s.writingSince.Store(s.since())
 		s.stall.Reset(s.cfg.WriteTimeout)
 		err := s.conn.WriteMessage(typ, m.data[from:to])
 		s.writingSince.Store(0)
@@ -806,9 +809,13 @@ func (s *session) growSendBuffer(size int) {
 // heard notes that the server spoke on its own (a frame or a ping, not the pong to ours): no
 // ping is due for PingInterval, and the link is alive.
 func (s *session) heard() {
-	s.heardAt.Store(time.Now().UnixNano())
+	s.heardAt.Store(s.since())
 	s.silence.Reset(s.cfg.PingInterval)
 }
+
+// since is the time since the session was made, on the monotonic clock, in nanoseconds; never 0
+// (writingSince's "none").
+func (s *session) since() int64 { return max(int64(time.Since(s.born)), 1) }
 
 // end records why the session ended (first call wins) and what the peer never got, says goodbye
 // on the socket and closes it.
@@ -915,8 +922,7 @@ func (s *session) readError(err error) *Error {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return &Error{Class: ClassRetryable, Code: CodeDeadLink, Err: err,
-			Message: fmt.Sprintf("no data or pong from %s for %v: the link is dead", where, s.cfg.DeadLinkTimeout)}
+		return s.deadLinkError(err)
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
@@ -925,6 +931,12 @@ func (s *session) readError(err error) *Error {
 	}
 	return &Error{Class: ClassRetryable, Code: CodeLinkLost, Err: err,
 		Message: fmt.Sprintf("read from %s", where)}
+}
+
+// deadLinkError is how a link that stayed silent for DeadLinkTimeout ends.
+func (s *session) deadLinkError(err error) *Error {
+	return &Error{Class: ClassRetryable, Code: CodeDeadLink, Err: err,
+		Message: fmt.Sprintf("no data or pong from %s for %v: the link is dead", s.cfg.redactedEndpoint(), s.cfg.DeadLinkTimeout)}
 }
 
 // closedError classifies a session.closed from the server; a close we asked for is clean (nil).
