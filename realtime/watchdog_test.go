@@ -57,16 +57,7 @@ func TestWatchdogsQuietWhileStreaming(t *testing.T) {
 // A server that stops reading fills the socket: the write under way ends the session after
 // WriteTimeout with a write error, however long the link may otherwise stay silent.
 func TestWriteStallEndsSession(t *testing.T) {
-	release := make(chan struct{})
-	url := scriptServer(t, func(ws *websocket.Conn) {
-		ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.queue_done"}`))
-		if _, _, err := ws.ReadMessage(); err != nil { // the init
-			return
-		}
-		ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created","session_id":"sess_1"}`))
-		<-release // reads nothing more
-	})
-	t.Cleanup(func() { close(release) }) // before the server's Close, which waits for this handler
+	url := goesSilent(t)
 	cfg := realtime.Config{URL: url, Dialect: realtime.DialectCurrent, Mode: realtime.ModeAudio,
 		PingInterval: 30 * time.Minute, DeadLinkTimeout: time.Hour, WriteTimeout: 300 * time.Millisecond, DialTimeout: 5 * time.Second}
 	s := dial(t, cfg)
@@ -97,19 +88,8 @@ func TestWriteStallEndsSession(t *testing.T) {
 // (the reader waits to hand one over) and a write is stuck behind the silent server. The session
 // must still end at DeadLinkTimeout, not when the write's own bound (a minute here) runs out.
 func TestDeadLinkEndsSessionNobodyReads(t *testing.T) {
-	release := make(chan struct{})
-	url := scriptServer(t, func(ws *websocket.Conn) {
-		ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.queue_done"}`))
-		if _, _, err := ws.ReadMessage(); err != nil { // the init
-			return
-		}
-		ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created","session_id":"sess_1"}`))
-		for range 8 {
-			ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"response.output.delta","kind":"text","session_id":"sess_1","response_id":"r","text":"hi"}`))
-		}
-		<-release // then says and reads nothing
-	})
-	t.Cleanup(func() { close(release) })
+	delta := `{"type":"response.output.delta","kind":"text","session_id":"sess_1","response_id":"r","text":"hi"}`
+	url := goesSilent(t, delta, delta, delta, delta, delta, delta, delta, delta)
 	cfg := realtime.Config{URL: url, Dialect: realtime.DialectCurrent, Mode: realtime.ModeAudio, EventBuffer: 1,
 		PingInterval: 500 * time.Millisecond, DeadLinkTimeout: 2 * time.Second, WriteTimeout: time.Minute, DialTimeout: 5 * time.Second}
 	s := dial(t, cfg)
@@ -129,4 +109,23 @@ func TestDeadLinkEndsSessionNobodyReads(t *testing.T) {
 	if !errors.As(s.Err(), &e) || e.Code != realtime.CodeDeadLink || e.Class != realtime.ClassRetryable {
 		t.Fatalf("ended with %v, want a retryable %s", s.Err(), realtime.CodeDeadLink)
 	}
+}
+
+// goesSilent is a current-dialect server that creates the session, sends frames, and then
+// neither says nor reads anything more (its kernel still takes bytes until the socket is full).
+func goesSilent(t *testing.T, frames ...string) string {
+	release := make(chan struct{})
+	url := scriptServer(t, func(ws *websocket.Conn) {
+		ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.queue_done"}`))
+		if _, _, err := ws.ReadMessage(); err != nil { // the init
+			return
+		}
+		ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created","session_id":"sess_1"}`))
+		for _, f := range frames {
+			ws.WriteMessage(websocket.TextMessage, []byte(f))
+		}
+		<-release
+	})
+	t.Cleanup(func() { close(release) }) // before the server's Close, which waits for this handler
+	return url
 }
