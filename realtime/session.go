@@ -1011,8 +1011,15 @@ func (s *session) enqueue(ctx context.Context, m outMsg) error {
 	}
 }
 
+// closedErr is ErrClosed, with why the session ended once it has. It reads ended under mu, not
+// done: endClosed sets endErr before ended and closes done only after, and a Send or Ask that
+// found the session ended in between reported a bare "session closed" (a gateway's early
+// session.closed{backend_error} then reached `omnisat chat` without its reason).
 func (s *session) closedErr() error {
-	if s.isDone() && s.endErr != nil {
+	s.mu.Lock()
+	ended := s.ended
+	s.mu.Unlock()
+	if ended && s.endErr != nil {
 		return fmt.Errorf("%w: %v", ErrClosed, s.endErr)
 	}
 	return ErrClosed
