@@ -220,12 +220,13 @@ func (c *Camera) session(ctx context.Context, enc *Encoder, interval time.Durati
 	}
 	defer cp.close()
 
-	fps := 0.0
+	fps, loopFile := 0.0, "" // a file is paced at its frame rate and played in a loop
 	if c.src.Kind == camera.SourceFile {
 		if fps = cp.get(propFPS); !(fps > 0 && fps <= 1000) {
 			c.log.Warn("video file reports no usable frame rate; playing at 30 fps", "fps", fps)
 			fps = 30
 		}
+		loopFile = c.src.URI
 	}
 	sched := newSchedule(fps, interval)
 	defer sched.free()
@@ -235,10 +236,6 @@ func (c *Camera) session(ctx context.Context, enc *Encoder, interval time.Durati
 	}
 	defer stop.close()
 
-	loopFile := ""
-	if c.src.Kind == camera.SourceFile {
-		loopFile = c.src.URI
-	}
 	gr, err := startGrabber(cp, enc, sched, stop.fd, loopFile)
 	if err != nil {
 		return fmt.Errorf("camera %q: %w", c.src.Name, err)
@@ -273,11 +270,12 @@ func newStopSignal(ctx context.Context) (*stopSignal, error) {
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
 	s := &stopSignal{f: os.NewFile(uintptr(fd), "camera-stop"), fd: fd}
-	s.release = context.AfterFunc(ctx, func() {
-		s.f.Write([]byte{1, 0, 0, 0, 0, 0, 0, 0}) // fails harmlessly once closed
-	})
+	s.release = context.AfterFunc(ctx, s.signal)
 	return s, nil
 }
+
+// signal makes the eventfd readable (it fails harmlessly once closed).
+func (s *stopSignal) signal() { s.f.Write([]byte{1, 0, 0, 0, 0, 0, 0, 0}) }
 
 func (s *stopSignal) close() {
 	s.release()

@@ -374,7 +374,7 @@ func TestGrabberPacesWithoutDrift(t *testing.T) {
 			frames++
 			time.Sleep(time.Millisecond) // work between frames must not add up
 			if stopAfterFirst {
-				stop.f.Write([]byte{1, 0, 0, 0, 0, 0, 0, 0})
+				stop.signal()
 			}
 		}
 	}
