@@ -623,7 +623,8 @@ func (s *session) watchLoop() {
 	defer s.wg.Done()
 	defer s.silence.Close()
 	defer s.stall.Close()
-	var pingAt time.Duration // our last ping (since born; 0: none yet)
+	// pingAt is our last ping, since born (0: none yet; any expiry is PingInterval or more in).
+	var pingAt time.Duration
 	for {
 		select {
 		case <-s.silence.C:
@@ -640,7 +641,7 @@ func (s *session) watchLoop() {
 				s.end(s.deadLinkError(os.ErrDeadlineExceeded), "", "")
 				return
 			}
-			if pingAt == 0 || now-pingAt >= s.cfg.PingInterval || pingAt < heard {
+			if now-pingAt >= s.cfg.PingInterval || pingAt < heard {
 				// The writer sends it: this loop never waits on the socket, so that a write
 				// stuck behind a dead link cannot hold off the checks.
 				select {
