@@ -14,7 +14,10 @@
 // time.Timer.
 package quiettimer
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Timer delivers a tick on C when it expires. As with a time.Timer before Go 1.23, a tick may
 // still be on its way after a Reset or Stop: receivers check what they were waiting for
@@ -22,14 +25,26 @@ import "time"
 type Timer struct {
 	C <-chan struct{}
 
+	c     chan struct{} // C, capacity 1
+	fired atomic.Int64  // expiries delivered
 	impl
 }
 
 // New returns a stopped Timer. Close releases it.
 func New() *Timer {
-	t := &Timer{}
-	t.C = t.impl.start()
+	t := &Timer{c: make(chan struct{}, 1)}
+	t.C = t.c
+	t.impl.start(t.deliver)
 	return t
+}
+
+// deliver is an expiry: a tick on C, unless one is waiting already.
+func (t *Timer) deliver() {
+	t.fired.Add(1)
+	select {
+	case t.c <- struct{}{}:
+	default:
+	}
 }
 
 // Reset makes the timer expire once, d from now (at once if d ≤ 0).
@@ -43,4 +58,29 @@ func (t *Timer) Close() { t.impl.close() }
 
 // Fires is how many expiries the timer has delivered: a timer that is always pushed back in
 // time never fires (tests and wake-up accounting).
-func (t *Timer) Fires() int64 { return t.impl.fires() }
+func (t *Timer) Fires() int64 { return t.fired.Load() }
+
+// runtimeTimer stands in where there is no timerfd: a time.Timer.
+type runtimeTimer struct {
+	timer  *time.Timer
+	closed atomic.Bool // a Reset after Close does nothing
+}
+
+func newRuntimeTimer(fire func()) *runtimeTimer {
+	r := &runtimeTimer{timer: time.AfterFunc(time.Hour, fire)}
+	r.timer.Stop()
+	return r
+}
+
+func (r *runtimeTimer) reset(d time.Duration) {
+	if !r.closed.Load() {
+		r.timer.Reset(d)
+	}
+}
+
+func (r *runtimeTimer) stop() { r.timer.Stop() }
+
+func (r *runtimeTimer) close() {
+	r.closed.Store(true)
+	r.timer.Stop()
+}

@@ -5,7 +5,6 @@ package quiettimer
 import (
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -16,11 +15,9 @@ import (
 )
 
 type impl struct {
-	file     *os.File     // the timerfd, in the poller; nil when the runtime timer stands in
-	fallback *time.Timer  // when no timerfd could be made
-	closed   atomic.Bool  // the fallback's Close: a later Reset does nothing
-	fired    atomic.Int64 // expiries delivered
-	done     chan struct{}
+	file     *os.File      // the timerfd, in the poller; nil when the runtime timer stands in
+	fallback *runtimeTimer // when no timerfd could be made
+	done     chan struct{} // closed when the waiting goroutine has ended
 
 	// The descriptor is set through rc.Control, which holds it open for the call: a Reset
 	// racing Close must not set a descriptor number the process has given to something else.
@@ -30,8 +27,7 @@ type impl struct {
 	setFn func(fd uintptr) // made once, so that a Reset allocates nothing
 }
 
-func (t *impl) start() <-chan struct{} {
-	c := make(chan struct{}, 1)
+func (t *impl) start(fire func()) {
 	t.done = make(chan struct{})
 	if fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC); err == nil {
 		t.file = os.NewFile(uintptr(fd), "quiettimer")
@@ -41,28 +37,17 @@ func (t *impl) start() <-chan struct{} {
 		}
 	}
 	if t.file == nil {
-		t.fallback = time.AfterFunc(time.Hour, func() { t.deliver(c) })
-		t.fallback.Stop()
-		close(t.done)
-		return c
+		t.fallback = newRuntimeTimer(fire)
+		return
 	}
 	t.setFn = t.set
 	wait := counterwait.Waiter(t.file)
 	go func() {
 		defer close(t.done)
 		for wait() == nil { // an error: the descriptor is closed
-			t.deliver(c)
+			fire()
 		}
 	}()
-	return c
-}
-
-func (t *impl) deliver(c chan struct{}) {
-	t.fired.Add(1)
-	select {
-	case c <- struct{}{}:
-	default: // a tick is waiting already
-	}
 }
 
 // set is a raw call: timerfd_settime never blocks, and an ordinary system call would wake a
@@ -81,9 +66,7 @@ func (t *impl) arm(d time.Duration) {
 
 func (t *impl) reset(d time.Duration) {
 	if t.fallback != nil {
-		if !t.closed.Load() {
-			t.fallback.Reset(d)
-		}
+		t.fallback.reset(d)
 		return
 	}
 	t.arm(max(d, time.Nanosecond)) // a zero value would disarm it
@@ -91,7 +74,7 @@ func (t *impl) reset(d time.Duration) {
 
 func (t *impl) stop() {
 	if t.fallback != nil {
-		t.fallback.Stop()
+		t.fallback.stop()
 		return
 	}
 	t.arm(0)
@@ -99,12 +82,9 @@ func (t *impl) stop() {
 
 func (t *impl) close() {
 	if t.fallback != nil {
-		t.closed.Store(true)
-		t.fallback.Stop()
+		t.fallback.close()
 		return
 	}
 	t.file.Close() // ends the waiting goroutine
 	<-t.done
 }
-
-func (t *impl) fires() int64 { return t.fired.Load() }

@@ -2,41 +2,11 @@
 
 package quiettimer
 
-import (
-	"sync/atomic"
-	"time"
-)
+import "time"
 
-type impl struct {
-	timer  *time.Timer
-	fired  atomic.Int64
-	closed atomic.Bool
-}
+type impl struct{ rt *runtimeTimer }
 
-func (t *impl) start() <-chan struct{} {
-	c := make(chan struct{}, 1)
-	t.timer = time.AfterFunc(time.Hour, func() {
-		t.fired.Add(1)
-		select {
-		case c <- struct{}{}:
-		default:
-		}
-	})
-	t.timer.Stop()
-	return c
-}
-
-func (t *impl) reset(d time.Duration) {
-	if !t.closed.Load() { // a Reset after Close does nothing
-		t.timer.Reset(d)
-	}
-}
-
-func (t *impl) stop() { t.timer.Stop() }
-
-func (t *impl) close() {
-	t.closed.Store(true)
-	t.timer.Stop()
-}
-
-func (t *impl) fires() int64 { return t.fired.Load() }
+func (t *impl) start(fire func())     { t.rt = newRuntimeTimer(fire) }
+func (t *impl) reset(d time.Duration) { t.rt.reset(d) }
+func (t *impl) stop()                 { t.rt.stop() }
+func (t *impl) close()                { t.rt.close() }

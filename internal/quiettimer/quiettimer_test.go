@@ -34,6 +34,7 @@ func TestFiresAfterReset(t *testing.T) {
 
 // A timer moved later does not fire at the time it was first due: the point of the package.
 func TestMovedLaterDoesNotFireEarly(t *testing.T) {
+	t.Parallel()
 	tm := New()
 	defer tm.Close()
 	tm.Reset(time.Second)
@@ -85,5 +86,27 @@ func TestResetAllocatesNothing(t *testing.T) {
 	defer tm.Close()
 	if n := testing.AllocsPerRun(100, func() { tm.Reset(time.Hour) }); n != 0 {
 		t.Fatalf("Reset allocates %v times", n)
+	}
+}
+
+// The stand-in where there is no timerfd (other systems; a Linux without one) keeps the same
+// promises: it fires when reset, a stopped one does not, and a Reset after Close does nothing.
+func TestRuntimeTimerStandIn(t *testing.T) {
+	t.Parallel()
+	fired := make(chan struct{}, 4)
+	r := newRuntimeTimer(func() { fired <- struct{}{} })
+	r.reset(time.Millisecond)
+	select {
+	case <-fired:
+	case <-time.After(within):
+		t.Fatal("no tick")
+	}
+	r.reset(time.Second)
+	r.stop()
+	r.close()
+	r.reset(time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
+	if n := len(fired); n != 0 {
+		t.Fatalf("%d ticks after Stop, Close and a Reset after Close", n)
 	}
 }
