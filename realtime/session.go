@@ -797,10 +797,16 @@ func (s *session) waitHold() bool {
 
 // growSendBuffer keeps the socket's send buffer at about two of the largest media messages (the
 // kernel doubles what is asked), never at the megabytes the kernel would grow it to by itself.
+// It grows with a quarter's headroom: media messages vary (a chunk carries a JPEG whose size
+// changes with every frame), and growing to each new largest one would make a system call
+// (which wakes the Go runtime's monitor thread) every few chunks instead of a few a session.
 func (s *session) growSendBuffer(size int) {
-	want := max(size, minSendBuffer)
-	if want <= s.sendBuffer {
+	if size <= s.sendBuffer {
 		return
+	}
+	want := minSendBuffer
+	if size > minSendBuffer {
+		want = size + size/4
 	}
 	if c, ok := s.raw.(interface{ SetWriteBuffer(int) error }); ok && c.SetWriteBuffer(want) == nil {
 		s.sendBuffer = want
