@@ -584,3 +584,23 @@ func TestSamplePoolServesNearSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkBufferAbsorbsFrameSizes: a video chunk's JPEG changes size with every frame; the
+// buffer a chunk was built in (handed back as a spare) takes the next one even when its frame
+// is a little larger, so a stream of frames does not need a new buffer each time one is the
+// largest yet.
+func TestChunkBufferAbsorbsFrameSizes(t *testing.T) {
+	c := &miniCPM{mode: ModeVideo}
+	audio := make([]float32, InputSampleRate)
+	first, err := c.chunk(Chunk{Audio: audio, Frames: [][]byte{make([]byte, 30_000)}}, Init{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := c.chunk(Chunk{Audio: audio, Frames: [][]byte{make([]byte, 36_000)}}, Init{}, first.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &next.data[:1][0] != &first.data[:1][0] {
+		t.Errorf("a chunk 8 KB larger than the last needed a new buffer (capacity %d for %d bytes)", cap(first.data), len(next.data))
+	}
+}

@@ -114,7 +114,9 @@ func (c *miniCPM) chunk(ch Chunk, in Init, buf []byte) (outMsg, error) {
 	}
 	b := buf[:0]
 	if cap(b) < size {
-		b = make([]byte, 0, size)
+		// A quarter's headroom: the next chunk's JPEG is a little larger as often as not, and
+		// it then fits in this buffer (handed back as a spare) instead of a new one.
+		b = make([]byte, 0, size+size/4)
 	}
 	if c.legacy {
 		b = append(b, `{"type":"input_audio_buffer.append","audio":"`...)
