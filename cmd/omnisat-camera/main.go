@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,7 +31,15 @@ import (
 	"github.com/omnisat/omnisat/internal/quietout"
 )
 
+// goProcs is how many threads run Go code at once unless GOMAXPROCS says otherwise, as in
+// `omnisat run`: the Go side here is a copy and a write per encoded frame, and with more than
+// one the runtime wakes a second thread at every frame to look for work that is not there.
+const goProcs = 1
+
 func main() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(goProcs)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// The agent's pipe is this program's alone: frames go out with raw writes that wait in the
 	// runtime's poller, not blocking-style calls that wake its monitor thread at every frame.

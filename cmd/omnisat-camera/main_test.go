@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/omnisat/omnisat/devices/camera"
+	"github.com/omnisat/omnisat/internal/syncbuf"
 )
 
 func requireFFmpeg(t *testing.T) {
@@ -132,5 +133,48 @@ func TestProgramExitCodes(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the program kept running with its output gone")
+	}
+}
+
+// The program runs Go code on one thread unless GOMAXPROCS says otherwise (the runtime's own
+// schedule trace says how many it uses), and GOMAXPROCS still wins.
+func TestProgramGOMAXPROCS(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "omnisat-camera")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v %s", err, out)
+	}
+	missing := filepath.Join(t.TempDir(), "nope.mp4")
+	for _, tc := range []struct{ procs, want string }{{"", "gomaxprocs=1 "}, {"2", "gomaxprocs=2 "}} {
+		t.Run("GOMAXPROCS="+tc.procs, func(t *testing.T) {
+			cmd := exec.Command(bin, "--source", "file:"+missing, "--retry", "50ms", "--retry-max", "100ms")
+			// An empty GOMAXPROCS is unset for the runtime and for the program.
+			cmd.Env = append(os.Environ(), "GOMAXPROCS="+tc.procs, "GODEBUG=schedtrace=50")
+			var stderr syncbuf.Buffer
+			cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			// Traces from before main ran show the runtime's default: judge those printed after
+			// the program's first message.
+			var traces []string
+			for deadline := time.Now().Add(30 * time.Second); len(traces) < 3; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no three schedule traces after the first message within 30 s: %q", stderr.String())
+				}
+				_, after, started := strings.Cut(stderr.String(), "camera not available")
+				traces = traces[:0]
+				for _, line := range strings.Split(after, "\n") {
+					if started && strings.HasPrefix(line, "SCHED ") {
+						traces = append(traces, line)
+					}
+				}
+			}
+			for _, line := range traces {
+				if !strings.Contains(line, tc.want) {
+					t.Fatalf("schedule trace %q, want %s", line, tc.want)
+				}
+			}
+		})
 	}
 }
