@@ -660,8 +660,7 @@ func (s *session) watchLoop() {
 				s.stall.Reset(left)
 				continue
 			}
-			s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: os.ErrDeadlineExceeded,
-				Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}, "", "")
+			s.end(s.writeError(os.ErrDeadlineExceeded), "", "")
 			return
 		case <-s.done:
 			return
@@ -714,8 +713,7 @@ func (s *session) write(m outMsg) bool {
 		s.writingSince.Store(0)
 		s.stall.Stop()
 		if err != nil {
-			s.end(&Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
-				Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}, "", "")
+			s.end(s.writeError(err), "", "")
 			return false
 		}
 		from = to
@@ -938,6 +936,13 @@ func (s *session) readError(err error) *Error {
 	}
 	return &Error{Class: ClassRetryable, Code: CodeLinkLost, Err: err,
 		Message: fmt.Sprintf("read from %s", where)}
+}
+
+// writeError is how a failed write ends the session: the socket's error, or a write that did
+// not end within WriteTimeout (watchLoop).
+func (s *session) writeError(err error) *Error {
+	return &Error{Class: ClassRetryable, Code: CodeWriteFailed, Err: err,
+		Message: fmt.Sprintf("write to %s", s.cfg.redactedEndpoint())}
 }
 
 // deadLinkError is how a link that stayed silent for DeadLinkTimeout ends.
