@@ -77,20 +77,17 @@ func (v *EnergyVAD) Process(samples []float32) (speaking, changed bool) {
 	return v.speaking, v.speaking != before
 }
 
-// sumSquares is the sum of the squares of x, in four running sums so that the additions do not
-// wait for each other (a VAD reads every captured sample).
+// sumSquares is the sum of the squares of x. The bulk goes through the resampler's vector inner
+// product (dot), sixteen samples at a time: a VAD reads every captured sample, and the agent
+// runs two of them on the same audio. The rest, and dotGo's platforms, sum in plain Go.
 func sumSquares(x []float32) float64 {
-	var s0, s1, s2, s3 float64
-	for len(x) >= 4 {
-		a, b, c, d := float64(x[0]), float64(x[1]), float64(x[2]), float64(x[3])
-		s0 += a * a
-		s1 += b * b
-		s2 += c * c
-		s3 += d * d
-		x = x[4:]
+	bulk := len(x) &^ 15
+	s := 0.0
+	if bulk > 0 {
+		s = float64(dot(x[:bulk], x[:bulk]))
 	}
-	for _, v := range x {
-		s0 += float64(v) * float64(v)
+	for _, v := range x[bulk:] {
+		s += float64(v) * float64(v)
 	}
-	return (s0 + s1) + (s2 + s3)
+	return s
 }
