@@ -376,3 +376,48 @@ func TestFileSpeakerPeak(t *testing.T) {
 		t.Fatalf("peak %v, want 0.75", p)
 	}
 }
+
+// BenchmarkNoneSpeakerReplySecond is what a speaker without a device costs per second of a
+// reply: a second of 24 kHz audio played in 100 ms deltas, and the clock catching up on it.
+func BenchmarkNoneSpeakerReplySecond(b *testing.B) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	spk := NewFileSpeaker("", 24000)
+	spk.now = clk.now
+	spk.clock = NewPlaybackClock(spk.pb, clk.now())
+	reply := make([]float32, 24000)
+	for i := range reply {
+		reply[i] = float32(i%101)/101 - 0.5
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := 0; i < len(reply); i += 2400 {
+			spk.Play(reply[i : i+2400])
+			clk.advance(100 * time.Millisecond)
+			spk.Pending()
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms-cpu/s")
+}
+
+// peakAbove is the largest magnitude of any sample at any position (the four running maxima
+// and the tail), or the floor it is given when that is larger.
+func TestPeakAbove(t *testing.T) {
+	for n := range 11 {
+		for at := range n {
+			block := make([]float32, n)
+			for i := range block {
+				block[i] = 0.25
+			}
+			block[at] = -0.5
+			if got := peakAbove(0, block); got != 0.5 {
+				t.Fatalf("%d samples, -0.5 at %d: peak %v", n, at, got)
+			}
+			if got := peakAbove(0.75, block); got != 0.75 {
+				t.Fatalf("%d samples under a peak of 0.75: %v", n, got)
+			}
+		}
+	}
+	if got := peakAbove(0, nil); got != 0 {
+		t.Fatalf("no samples: peak %v", got)
+	}
+}

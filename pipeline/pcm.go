@@ -1,6 +1,9 @@
 package pipeline
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Mixdown, as the channel argument of the ToMono conversions, averages all channels.
 const Mixdown = -1
@@ -164,6 +167,26 @@ func resize(dst []float32, n int) []float32 {
 	}
 	return dst[:n]
 }
+
+// clipInto writes clip(v) for every sample of src into dst (at least as long). Audio within
+// range, nearly every sample played, costs one integer comparison on its magnitude's bits
+// (which order as the magnitudes do) instead of clip's three floating-point ones: less than
+// half the time per sample.
+func clipInto(dst, src []float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		if math.Float32bits(v)&^signBit > oneBits {
+			v = clip(v)
+		}
+		dst[i] = v
+	}
+}
+
+// The bits of a float32's sign, and of 1.0.
+const (
+	signBit = 1 << 31
+	oneBits = 0x3f800000
+)
 
 // clip limits v to [-1, 1] and turns NaN into 0.
 func clip(v float32) float32 {

@@ -156,3 +156,18 @@ func expectSamples(t *testing.T, got, want []float32) {
 		}
 	}
 }
+
+// clipInto is clip on every sample, at the edges of the range and outside it included.
+func TestClipInto(t *testing.T) {
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	next := math.Nextafter32
+	src := []float32{0, float32(math.Copysign(0, -1)), 0.5, -0.5, 1, -1, next(1, 2), next(-1, -2),
+		2, -2, inf, -inf, nan, float32(math.SmallestNonzeroFloat32), math.MaxFloat32, -math.MaxFloat32}
+	dst := make([]float32, len(src))
+	clipInto(dst, src)
+	for i, v := range src {
+		if got, want := dst[i], clip(v); math.Float32bits(got) != math.Float32bits(want) {
+			t.Errorf("clipInto(%v) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -139,15 +139,17 @@ func (p *Playback) Play(samples []float32) {
 	defer p.playMu.Unlock()
 	for len(samples) > 0 {
 		n := min(len(samples), playChunk)
-		for i, v := range samples[:n] {
-			p.clean[i] = clip(v)
-		}
+		out := p.clean[:n]
+		clipInto(out, samples[:n])
 		samples = samples[n:]
-		p.conv = p.rs.Process(p.conv[:0], p.clean[:n])
+		if p.inRate != p.outRate { // equal rates: the resampler would only copy
+			p.conv = p.rs.Process(p.conv[:0], out)
+			out = p.conv
+		}
 		p.mu.Lock()
 		p.inSince += int64(n)
-		p.outSince += int64(len(p.conv))
-		p.push(p.conv)
+		p.outSince += int64(len(out))
+		p.push(out)
 		p.mu.Unlock()
 	}
 }
