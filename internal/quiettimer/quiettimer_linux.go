@@ -25,10 +25,25 @@ type impl struct {
 	rc    syscall.RawConn
 	spec  unix.ItimerSpec
 	setFn func(fd uintptr) // made once, so that a Reset allocates nothing
+
+	// The kernel's timer is moved lazily (see reset): due is when the timer should expire,
+	// armed when the timerfd will, both on born's monotonic clock; 0 is never (stopped,
+	// disarmed). armed is never later than due.
+	born       time.Time
+	now        func() time.Duration // since born; tests may stop it
+	due, armed time.Duration
+	sets       int // timerfd_settime calls (tests)
 }
+
+// lazySlack is the fraction of a Reset's duration by which the timerfd may stay early: a
+// timer pushed back at every message (a link watchdog) is moved in the kernel once in that
+// long, not at every message. The early expiry, if it comes, only re-arms the timerfd.
+const lazySlack = 4
 
 func (t *impl) start(fire func()) {
 	t.done = make(chan struct{})
+	t.born = time.Now()
+	t.now = func() time.Duration { return time.Since(t.born) }
 	if fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC); err == nil {
 		t.file = os.NewFile(uintptr(fd), "quiettimer")
 		if t.rc, err = t.file.SyscallConn(); err != nil {
@@ -45,9 +60,29 @@ func (t *impl) start(fire func()) {
 	go func() {
 		defer close(t.done)
 		for wait() == nil { // an error: the descriptor is closed
-			fire()
+			if t.expired() {
+				fire()
+			}
 		}
 	}()
+}
+
+// expired is the timerfd's expiry: whether the timer is due, or else re-arms the timerfd for
+// when it is (it was pushed back, or stopped, since the timerfd was set).
+func (t *impl) expired() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	t.armed = 0
+	switch {
+	case t.due == 0:
+		return false
+	case t.due <= now:
+		t.due = 0
+		return true
+	}
+	t.arm(t.due, now)
+	return false
 }
 
 // set is a raw call: timerfd_settime never blocks, and an ordinary system call would wake a
@@ -56,28 +91,43 @@ func (t *impl) set(fd uintptr) {
 	unix.RawSyscall6(unix.SYS_TIMERFD_SETTIME, fd, 0, uintptr(unsafe.Pointer(&t.spec)), 0, 0, 0)
 }
 
-// arm makes the timerfd expire after d (0 disarms it); nothing once the timer is closed.
-func (t *impl) arm(d time.Duration) {
-	t.mu.Lock()
-	t.spec = unix.ItimerSpec{Value: unix.NsecToTimespec(d.Nanoseconds())}
-	_ = t.rc.Control(t.setFn) // fails only when closed
-	t.mu.Unlock()
+// arm sets the timerfd to expire at (on born's clock; now is the time); nothing once the timer
+// is closed. Called with mu held.
+func (t *impl) arm(at, now time.Duration) {
+	t.spec = unix.ItimerSpec{Value: unix.NsecToTimespec(max(at-now, 1).Nanoseconds())} // 0 would disarm it
+	if t.rc.Control(t.setFn) == nil {
+		t.armed = at
+		t.sets++
+	}
 }
 
+// reset moves the timer to d from now. The timerfd is set only when it would expire later than
+// that, or earlier by more than d/lazySlack: pushed back a little at a time, it stays early,
+// and its expiry re-arms it (expired) unless it has been pushed back again in time.
 func (t *impl) reset(d time.Duration) {
 	if t.fallback != nil {
 		t.fallback.reset(d)
 		return
 	}
-	t.arm(max(d, time.Nanosecond)) // a zero value would disarm it
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	t.due = now + max(d, 1)
+	if t.armed == 0 || t.armed > t.due || t.due-t.armed > max(d, 0)/lazySlack {
+		t.arm(t.due, now)
+	}
 }
 
+// stop keeps the timer from firing without a system call: if the timerfd is set, its expiry
+// finds nothing due (one wake-up, unless a Reset moves it first).
 func (t *impl) stop() {
 	if t.fallback != nil {
 		t.fallback.stop()
 		return
 	}
-	t.arm(0)
+	t.mu.Lock()
+	t.due = 0
+	t.mu.Unlock()
 }
 
 func (t *impl) close() {
