@@ -17,8 +17,9 @@ func WithNetDialForTest(c Config, dial func(ctx context.Context, network, addr s
 	return c
 }
 
-// WatchdogFiresForTest is how many times s's link watchdogs (silence, stall) have expired.
-func WatchdogFiresForTest(s Session) (silence, stall int64) {
+// WatchdogWakesForTest is how many times s's link watchdogs (silence, stall) have woken the
+// process: expired, or found on expiry that they had been pushed back.
+func WatchdogWakesForTest(s Session) (silence, stall int64) {
 	ss := s.(*session)
-	return ss.silence.Fires(), ss.stall.Fires()
+	return ss.silence.Wakes(), ss.stall.Wakes()
 }

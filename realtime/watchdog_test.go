@@ -32,18 +32,18 @@ func TestWatchdogsQuietWhileStreaming(t *testing.T) {
 			drain(t, s, &r, func(realtime.Event) bool { return r.listens > listens })
 		}
 		answered()
-		silence0, stall0 := realtime.WatchdogFiresForTest(s)
+		silence0, stall0 := realtime.WatchdogWakesForTest(s)
 		last, maxGap := time.Now(), time.Duration(0)
 		for start := time.Now(); time.Since(start) < 3*ping; {
 			time.Sleep(50 * time.Millisecond)
 			answered()
 			maxGap, last = max(maxGap, time.Since(last)), time.Now()
 		}
-		silenceFires, stallFires := realtime.WatchdogFiresForTest(s)
-		silenceFires, stallFires = silenceFires-silence0, stallFires-stall0
+		silenceWakes, stallWakes := realtime.WatchdogWakesForTest(s)
+		silenceWakes, stallWakes = silenceWakes-silence0, stallWakes-stall0
 		if maxGap < ping/2 {
-			if silenceFires != 0 || stallFires != 0 {
-				t.Fatalf("the watchdogs expired %d and %d times while the server answered every chunk (longest silence %v)", silenceFires, stallFires, maxGap)
+			if silenceWakes != 0 || stallWakes != 0 {
+				t.Fatalf("the watchdogs woke the process %d and %d times while the server answered every chunk (longest silence %v)", silenceWakes, stallWakes, maxGap)
 			}
 			return
 		}

@@ -37,8 +37,8 @@ func TestPushedBackRarelyMovesTheKernelTimer(t *testing.T) {
 	if n := writes.kernelSets(); n != 2 {
 		t.Errorf("a Reset earlier than the timerfd set it %d times in all, want 2", n)
 	}
-	if watchdog.Fires() != 0 || writes.Fires() != 0 {
-		t.Fatalf("Fires() = %d and %d, want 0", watchdog.Fires(), writes.Fires())
+	if watchdog.Wakes() != 0 || writes.Wakes() != 0 {
+		t.Fatalf("Wakes() = %d and %d, want 0", watchdog.Wakes(), writes.Wakes())
 	}
 }
 
@@ -76,5 +76,34 @@ func TestPushedBackFiresAtTheLastDue(t *testing.T) {
 	}
 	if got := tm.Fires(); got != 1 {
 		t.Fatalf("Fires() = %d, want 1", got)
+	}
+	// The early expiry, unless the machine was so slow that it came after the last due.
+	if got := tm.Wakes(); got < 1 || got > 2 {
+		t.Fatalf("Wakes() = %d, want 1 or 2", got)
+	}
+}
+
+// A stopped timer whose timerfd was set wakes the process once, at the time it was set for,
+// and delivers nothing.
+func TestStoppedWakesOnceAndDeliversNothing(t *testing.T) {
+	t.Parallel()
+	tm := New()
+	defer tm.Close()
+	tm.Reset(50 * time.Millisecond)
+	tm.Stop()
+	deadline := time.Now().Add(within)
+	for tm.Wakes() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stopped timer's timerfd never expired")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-tm.C:
+		t.Fatal("a stopped timer ticked")
+	default:
+	}
+	if tm.Fires() != 0 || tm.Wakes() != 1 {
+		t.Fatalf("Fires() = %d, Wakes() = %d; want 0 and 1", tm.Fires(), tm.Wakes())
 	}
 }

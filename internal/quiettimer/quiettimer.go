@@ -63,6 +63,11 @@ func (t *Timer) Close() { t.impl.close() }
 // time never fires (tests and wake-up accounting).
 func (t *Timer) Fires() int64 { return t.fired.Load() }
 
+// Wakes is how many times the timer has woken the process: the expiries it delivered and, on
+// Linux, the early ones that only re-armed it (see reset). A timer pushed back more often than
+// every three quarters of its duration never wakes it (tests and wake-up accounting).
+func (t *Timer) Wakes() int64 { return t.fired.Load() + t.impl.earlyWakes() }
+
 // runtimeTimer stands in where there is no timerfd: a time.Timer.
 type runtimeTimer struct {
 	timer  *time.Timer

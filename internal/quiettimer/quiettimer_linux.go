@@ -5,6 +5,7 @@ package quiettimer
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -32,7 +33,8 @@ type impl struct {
 	born       time.Time
 	now        func() time.Duration // since born; tests may stop it
 	due, armed time.Duration
-	sets       int // timerfd_settime calls (tests)
+	sets       int          // timerfd_settime calls (tests)
+	early      atomic.Int64 // expiries that found the timer pushed back or stopped
 }
 
 // lazySlack is the fraction of a Reset's duration by which the timerfd may stay early: a
@@ -74,16 +76,18 @@ func (t *impl) expired() bool {
 	defer t.mu.Unlock()
 	now := t.now()
 	t.armed = 0
-	switch {
-	case t.due == 0:
-		return false
-	case t.due <= now:
+	if t.due != 0 && t.due <= now {
 		t.due = 0
 		return true
 	}
-	t.arm(t.due, now)
+	t.early.Add(1)
+	if t.due != 0 {
+		t.arm(t.due, now)
+	}
 	return false
 }
+
+func (t *impl) earlyWakes() int64 { return t.early.Load() }
 
 // set is a raw call: timerfd_settime never blocks, and an ordinary system call would wake a
 // sleeping sysmon.
