@@ -398,26 +398,3 @@ func BenchmarkNoneSpeakerReplySecond(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms-cpu/s")
 }
-
-// peakAbove is the largest magnitude of any sample at any position (the four running maxima
-// and the tail), or the floor it is given when that is larger.
-func TestPeakAbove(t *testing.T) {
-	for n := range 11 {
-		for at := range n {
-			block := make([]float32, n)
-			for i := range block {
-				block[i] = 0.25
-			}
-			block[at] = -0.5
-			if got := peakAbove(0, block); got != 0.5 {
-				t.Fatalf("%d samples, -0.5 at %d: peak %v", n, at, got)
-			}
-			if got := peakAbove(0.75, block); got != 0.75 {
-				t.Fatalf("%d samples under a peak of 0.75: %v", n, got)
-			}
-		}
-	}
-	if got := peakAbove(0, nil); got != 0 {
-		t.Fatalf("no samples: peak %v", got)
-	}
-}

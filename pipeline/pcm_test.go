@@ -171,3 +171,29 @@ func TestClipInto(t *testing.T) {
 		}
 	}
 }
+
+// PeakAbove is the largest magnitude of any sample at any position (the four running maxima
+// and the tail), or the floor it is given when that is larger.
+func TestPeakAbove(t *testing.T) {
+	for n := range 11 {
+		for at := range n {
+			block := make([]float32, n)
+			for i := range block {
+				block[i] = 0.25
+			}
+			block[at] = -0.5
+			if got := PeakAbove(0, block); got != 0.5 {
+				t.Fatalf("%d samples, -0.5 at %d: peak %v", n, at, got)
+			}
+			if got := PeakAbove(0.75, block); got != 0.75 {
+				t.Fatalf("%d samples under a peak of 0.75: %v", n, got)
+			}
+		}
+	}
+	if got := PeakAbove(0, nil); got != 0 {
+		t.Fatalf("no samples: peak %v", got)
+	}
+	if got := PeakAbove(0, []float32{0.5, float32(math.NaN()), 2, -3, 0.1}); got == got {
+		t.Fatalf("a NaN among the samples: peak %v, want NaN as max gives", got)
+	}
+}

@@ -214,12 +214,14 @@ func (r *EchoReference) read(dst []float32, from int64) refState {
 func (r *EchoReference) peak(from int64, n int) float32 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var p float32
-	for j := max(from, r.written-int64(len(r.buf)), 0); j < min(from+int64(n), r.written); j++ {
-		v := r.buf[j%int64(len(r.buf))]
-		p = max(p, v, -v)
+	lo, hi := max(from, r.written-int64(len(r.buf)), 0), min(from+int64(n), r.written)
+	if lo >= hi {
+		return 0
 	}
-	return p
+	// At most two stretches of the ring: to its end, then from its start.
+	start, count := int(lo%int64(len(r.buf))), int(hi-lo)
+	first := r.buf[start:min(start+count, len(r.buf))]
+	return pipeline.PeakAbove(pipeline.PeakAbove(0, first), r.buf[:count-len(first)])
 }
 
 // timing returns the speaker's rate and the timing of its current timeline.
@@ -516,7 +518,7 @@ func (c *cleaner) run(dst []float32, mic streamTiming, force bool) []float32 {
 			continue
 		}
 		info[i].refE = energy(r)
-		info[i].loud = aligned && peak(r) > audible
+		info[i].loud = aligned && pipeline.PeakAbove(0, r) > audible
 		info[i].loudAlt = aligned && c.align.disputed() && c.align.altPeak(k, f) > audible
 	}
 	if n == 0 {
@@ -792,14 +794,6 @@ func energy(s []float32) float64 {
 		e += float64(v) * float64(v)
 	}
 	return e
-}
-
-func peak(s []float32) float32 {
-	var p float32
-	for _, v := range s {
-		p = max(p, v, -v)
-	}
-	return p
 }
 
 func (c *cleaner) close() {

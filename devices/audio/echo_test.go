@@ -115,3 +115,31 @@ func TestEchoCancellationOnVirtualCard(t *testing.T) {
 		t.Errorf("double talk ncc %.3f, want ≥ 0.7", dt)
 	}
 }
+
+// The reference's peak over any stretch, across the ring's wrap and past what was played or
+// kept, is the loudest magnitude a plain scan of what is there finds.
+func TestEchoReferencePeak(t *testing.T) {
+	r := NewEchoReference()
+	r.buf = make([]float32, 8)
+	played := make([]float32, 13)
+	for i := range played {
+		played[i] = float32(i%5) / 10
+		if i%3 == 0 {
+			played[i] = -played[i]
+		}
+	}
+	r.mu.Lock()
+	r.appendLocked(played, len(played))
+	r.mu.Unlock()
+	for from := int64(-2); from < 16; from++ {
+		for n := 0; n < 12; n++ {
+			var want float32
+			for j := max(from, int64(len(played)-len(r.buf)), 0); j < min(from+int64(n), int64(len(played))); j++ {
+				want = max(want, played[j], -played[j])
+			}
+			if got := r.peak(from, n); got != want {
+				t.Fatalf("peak(%d, %d) = %v, want %v", from, n, got, want)
+			}
+		}
+	}
+}
