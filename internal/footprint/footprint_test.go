@@ -77,7 +77,8 @@ import (
 //
 // FOOTPRINT_SHORT and FOOTPRINT_LONG (defaults 8s and 68s, like the 8 s and 65 s runs)
 // set the two stretches; FOOTPRINT_ONLY picks configurations (a comma list); FOOTPRINT_LOG=1
-// logs the memory samples (every 5 s).
+// logs the memory samples (every 5 s); FOOTPRINT_THREADS=1 writes each thread's CPU and
+// wake-ups over the long run's steady stretch (see reportThreads).
 func BenchmarkFootprint(b *testing.B) {
 	short := envDuration(b, "FOOTPRINT_SHORT", 8*time.Second)
 	long := envDuration(b, "FOOTPRINT_LONG", 68*time.Second)
@@ -140,8 +141,8 @@ func BenchmarkFootprint(b *testing.B) {
 				b.Fatal(err)
 			}
 			for range b.N {
-				s := runOnce(b, bin, cfg, dir, short, false)
-				l := runOnce(b, bin, cfg, dir, long, os.Getenv("FOOTPRINT_LOG") == "1")
+				s := runOnce(b, bin, cfg, dir, short, false, false)
+				l := runOnce(b, bin, cfg, dir, long, os.Getenv("FOOTPRINT_LOG") == "1", os.Getenv("FOOTPRINT_THREADS") == "1")
 				streamed := l.streamed - s.streamed
 				if os.Getenv("FOOTPRINT_LOG") == "1" {
 					// The per-second figure is a difference: say what it is made of.
@@ -243,8 +244,10 @@ type footprint struct {
 	privMax             int64         // and the largest
 }
 
-// runOnce runs omnisat run -c cfg until it has streamed for d after its session started.
-func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) footprint {
+// runOnce runs omnisat run -c cfg until it has streamed for d after its session started;
+// logMem logs the memory samples, threads each thread's share of the steady stretch (both to
+// stderr).
+func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem, threads bool) footprint {
 	cmd := exec.Command(bin, "run", "-c", cfg, "--state-dir", dir)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return kv == "PULSE_SERVER=" })
 	cmd.Stderr = os.Stderr
@@ -286,10 +289,14 @@ func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) f
 	var vcs0 int64
 	var cpu0 time.Duration
 	var t0 time.Time
+	var threads0 map[int]threadSample
 	if d > 5*time.Second {
 		time.Sleep(3 * time.Second)
 		pids := tree(pid)
 		vcs0, cpu0, t0 = switchesOf(pids), cpuOf(pids), time.Now()
+		if threads {
+			threads0 = threadsOf(pids)
+		}
 		for next := t0.Add(2 * time.Second); next.Before(end); next = next.Add(5 * time.Second) {
 			time.Sleep(time.Until(next))
 			p := privateOf(tree(pid))
@@ -307,6 +314,9 @@ func runOnce(b *testing.B, bin, cfg, dir string, d time.Duration, logMem bool) f
 		pids, seconds := tree(pid), time.Since(t0).Seconds()
 		fp.wakeups = float64(switchesOf(pids)-vcs0) / seconds
 		fp.steady = float64(cpuOf(pids)-cpu0) / float64(time.Millisecond) / seconds
+		if threads0 != nil {
+			reportThreads(os.Stderr, strings.TrimSuffix(filepath.Base(cfg), ".yaml"), threads0, threadsOf(pids), seconds)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	resp, err := control.Call(ctx, filepath.Join(dir, "control.sock"), control.Request{Cmd: "status"})

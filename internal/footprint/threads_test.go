@@ -1,0 +1,81 @@
+package footprint
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// threadSample is what one thread had done by a moment: its name (comm: omnisat-aec for the
+// echo canceller's thread, omnisat-grab for the camera's grab loop, the program's name for Go's
+// threads and PortAudio's), time on CPU and context switches.
+type threadSample struct {
+	pid, tid      int
+	comm          string
+	cpu           time.Duration
+	wakes, forced int64 // voluntary (it slept) and involuntary (it was preempted)
+}
+
+// threadsOf samples every thread of pids.
+func threadsOf(pids []int) map[int]threadSample {
+	out := map[int]threadSample{}
+	for _, pid := range pids {
+		dirs, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+		for _, d := range dirs {
+			tid, err := strconv.Atoi(filepath.Base(d))
+			if err != nil {
+				continue
+			}
+			comm, _ := os.ReadFile(filepath.Join(d, "comm"))
+			sched, _ := os.ReadFile(filepath.Join(d, "schedstat"))
+			status, _ := os.ReadFile(filepath.Join(d, "status"))
+			var ns int64
+			if f := strings.Fields(string(sched)); len(f) > 0 {
+				ns, _ = strconv.ParseInt(f[0], 10, 64)
+			}
+			out[tid] = threadSample{pid: pid, tid: tid, comm: strings.TrimSpace(string(comm)), cpu: time.Duration(ns),
+				wakes: field(string(status), "voluntary_ctxt_switches:"), forced: field(string(status), "nonvoluntary_ctxt_switches:")}
+		}
+	}
+	return out
+}
+
+// reportThreads writes what each thread that lived through both samples did between them, per
+// second: the busiest sleepers first (FOOTPRINT_THREADS=1). Threads are told apart by name
+// and pid only: PortAudio's capture and playback threads carry the program's name, and show by
+// their wake-ups (one per device period).
+func reportThreads(w io.Writer, row string, before, after map[int]threadSample, seconds float64) {
+	type rate struct {
+		s                  threadSample
+		cpu, wakes, forced float64
+	}
+	var rows []rate
+	for tid, a := range after {
+		b, ok := before[tid]
+		if !ok {
+			continue
+		}
+		rows = append(rows, rate{a, float64(a.cpu-b.cpu) / float64(time.Millisecond) / seconds,
+			float64(a.wakes-b.wakes) / seconds, float64(a.forced-b.forced) / seconds})
+	}
+	slices.SortFunc(rows, func(x, y rate) int {
+		return cmp.Or(cmp.Compare(y.wakes, x.wakes), cmp.Compare(x.s.tid, y.s.tid))
+	})
+	var cpu, wakes float64
+	fmt.Fprintf(w, "%s, per thread over %.0f s of steady streaming:\n", row, seconds)
+	for _, r := range rows {
+		cpu, wakes = cpu+r.cpu, wakes+r.wakes
+		if r.cpu == 0 && r.wakes == 0 && r.forced == 0 {
+			continue // parked for the whole stretch
+		}
+		fmt.Fprintf(w, "  pid %-7d tid %-7d %-16s %8.3f ms/s  %7.2f wake-ups/s  %6.2f preempted/s\n",
+			r.s.pid, r.s.tid, r.s.comm, r.cpu, r.wakes, r.forced)
+	}
+	fmt.Fprintf(w, "  all threads %8.3f ms/s  %7.2f wake-ups/s\n", cpu, wakes)
+}
