@@ -195,6 +195,10 @@ func PeakAbove(peak float32, block []float32) float32 {
 	return math.Float32frombits(max(math.Float32bits(peak), magnitudeBits(block)))
 }
 
+// AllFinite reports whether every sample of s is finite: no magnitude reaches an infinity's
+// bits (a NaN's lie above them). Decoders of outside audio check with it before anything plays.
+func AllFinite(s []float32) bool { return magnitudeBits(s) < infBits }
+
 // magnitudeBitsGo is magnitudeBits in Go: four running maxima, then the tail.
 func magnitudeBitsGo(block []float32) uint32 {
 	var m0, m1, m2, m3 uint32
@@ -222,10 +226,11 @@ func foldLanes(lanes []uint32) uint32 {
 	return m >> 1
 }
 
-// The bits of a float32's sign, and of 1.0.
+// The bits of a float32's sign, of 1.0 and of +Inf.
 const (
 	signBit = 1 << 31
 	oneBits = 0x3f800000
+	infBits = 0x7f800000
 )
 
 // clip limits v to [-1, 1] and turns NaN into 0.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/omnisat/omnisat/pipeline"
 )
 
 func f32b64(samples ...float32) string {
@@ -406,8 +408,8 @@ func TestEncodeChat(t *testing.T) {
 	}
 }
 
-// allFinite agrees with a sample-by-sample check wherever an Inf or a NaN sits, and a decoded
-// delta names the first such sample.
+// pipeline.AllFinite, which the decoder checks with, agrees with a sample-by-sample check
+// wherever an Inf or a NaN sits, and a decoded delta names the first such sample.
 func TestAllFinite(t *testing.T) {
 	bad := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), math.Float32frombits(0xffc00001)}
 	for n := range 40 {
@@ -417,7 +419,7 @@ func TestAllFinite(t *testing.T) {
 		}
 		s = append(s, math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32)
 		for from := range min(n, 3) { // any start within a word
-			if !allFinite(s[from:]) {
+			if !pipeline.AllFinite(s[from:]) {
 				t.Fatalf("n=%d from=%d: finite samples reported otherwise", n, from)
 			}
 		}
@@ -425,7 +427,7 @@ func TestAllFinite(t *testing.T) {
 			for _, b := range bad {
 				keep := s[i]
 				s[i] = b
-				if allFinite(s) || i >= 1 && allFinite(s[1:]) {
+				if pipeline.AllFinite(s) || i >= 1 && pipeline.AllFinite(s[1:]) {
 					t.Fatalf("n=%d: %v at %d not found", n, b, i)
 				}
 				if _, err := decodeFloat32Base64(appendFloat32Base64(nil, s)); err == nil || !strings.Contains(err.Error(), "sample "+strconv.Itoa(i)+" ") {

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	asmbase64 "github.com/segmentio/asm/base64"
+
+	"github.com/omnisat/omnisat/pipeline"
 )
 
 // The audio and frames of every message go through base64: a second of audio is 64 KB each
@@ -96,7 +98,7 @@ func decodeFloat32Base64Into(pool *samplePool, src []byte) ([]float32, error) {
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 		}
 	}
-	if allFinite(out) {
+	if pipeline.AllFinite(out) {
 		return out, nil
 	}
 	for i, v := range out {
@@ -110,28 +112,6 @@ func decodeFloat32Base64Into(pool *samplePool, src []byte) ([]float32, error) {
 
 // finite: the exponent is not all ones (Inf or NaN).
 func finite(v float32) bool { return math.Float32bits(v)&0x7f800000 != 0x7f800000 }
-
-// allFinite reports whether every sample is finite, two at a time: adding one to an exponent of
-// all ones carries into the sign bit's place, and a pair's low half cannot carry into its high.
-func allFinite(s []float32) bool {
-	const exp, one, carry = 0x7f8000007f800000, 0x0080000000800000, 0x8000000080000000
-	var acc uint64
-	for len(s) >= 8 {
-		b := unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 32)
-		acc |= (binary.NativeEndian.Uint64(b)&exp + one) | (binary.NativeEndian.Uint64(b[8:])&exp + one) |
-			(binary.NativeEndian.Uint64(b[16:])&exp + one) | (binary.NativeEndian.Uint64(b[24:])&exp + one)
-		s = s[8:]
-	}
-	if acc&carry != 0 {
-		return false
-	}
-	for _, v := range s {
-		if !finite(v) {
-			return false
-		}
-	}
-	return true
-}
 
 // samplePool keeps reply sample buffers that the caller handed back (Session's RecycleAudio) for
 // the next audio deltas, so that a second of reply audio a second does not cost a new 96 KB
