@@ -368,14 +368,17 @@ func sumTasks(pids []int, file string, read func(string) int64) int64 {
 
 // cpuOf is the time on CPU of every thread of pids (schedstat's first field, ns).
 func cpuOf(pids []int) time.Duration {
-	return time.Duration(sumTasks(pids, "schedstat", func(s string) int64 {
-		f := strings.Fields(s)
-		if len(f) == 0 {
-			return 0
-		}
-		n, _ := strconv.ParseInt(f[0], 10, 64)
-		return n
-	}))
+	return time.Duration(sumTasks(pids, "schedstat", onCPU))
+}
+
+// onCPU is a thread's time on CPU in nanoseconds, the first field of its schedstat.
+func onCPU(schedstat string) int64 {
+	f := strings.Fields(schedstat)
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[0], 10, 64)
+	return n
 }
 
 // switchesOf is how often the threads of pids went to sleep (voluntary context switches).

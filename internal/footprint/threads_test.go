@@ -35,11 +35,7 @@ func threadsOf(pids []int) map[int]threadSample {
 			comm, _ := os.ReadFile(filepath.Join(d, "comm"))
 			sched, _ := os.ReadFile(filepath.Join(d, "schedstat"))
 			status, _ := os.ReadFile(filepath.Join(d, "status"))
-			var ns int64
-			if f := strings.Fields(string(sched)); len(f) > 0 {
-				ns, _ = strconv.ParseInt(f[0], 10, 64)
-			}
-			out[tid] = threadSample{pid: pid, tid: tid, comm: strings.TrimSpace(string(comm)), cpu: time.Duration(ns),
+			out[tid] = threadSample{pid: pid, tid: tid, comm: strings.TrimSpace(string(comm)), cpu: time.Duration(onCPU(string(sched))),
 				wakes: field(string(status), "voluntary_ctxt_switches:"), forced: field(string(status), "nonvoluntary_ctxt_switches:")}
 		}
 	}
