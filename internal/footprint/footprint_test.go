@@ -3,6 +3,7 @@ package footprint
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -52,9 +53,12 @@ import (
 // Configurations: floor (not omnisat: testdata/floor, a C program that does only the work no
 // client can skip, a timer wake-up, base64 of a second of audio and a loopback send, once a
 // second: what this machine charges for that; its figures are CPU and voluntary switches from
-// its own rusage), floor_go_plain and floor_go_quiet (not omnisat: testdata/floorgo, the floor's
-// job in Go, with a time.Ticker and net.Conn.Write, and with a timerfd and raw writes through the
-// runtime's poller: what the Go runtime adds here; measured as the floor is), audio_file (audio
+// its own rusage), floor_answers (the same floor reading what a server says back: a sink
+// that answers each second as the simulator answers audio_file, in size and timing; the floor
+// reads the answers and decodes nothing), floor_go_plain and floor_go_quiet (not omnisat:
+// testdata/floorgo, the floor's job in Go, with a time.Ticker and net.Conn.Write, and with a
+// timerfd and raw writes through the runtime's poller: what the Go runtime adds here; measured
+// as the floor is), audio_file (audio
 // mode, the demo WAV looped as the microphone, output none, no camera: the headline; the file
 // hands over one 1 s chunk at a time), audio_file_100ms (the
 // same with input_latency: 100ms: blocks as a sound card's 100 ms buffer delivers them),
@@ -98,7 +102,10 @@ func BenchmarkFootprint(b *testing.B) {
 	only := os.Getenv("FOOTPRINT_ONLY")
 	selected := func(row string) bool { return only == "" || slices.Contains(strings.Split(only, ","), row) }
 	if selected("floor") {
-		b.Run("floor", func(b *testing.B) { benchFloor(b, dir, short, long) })
+		b.Run("floor", func(b *testing.B) { benchFloor(b, dir, false, short, long) })
+	}
+	if selected("floor_answers") {
+		b.Run("floor_answers", func(b *testing.B) { benchFloor(b, dir, true, short, long) })
 	}
 	if selected("floor_go_plain") || selected("floor_go_quiet") {
 		floorGo := buildFloorGo(b, dir)
@@ -462,17 +469,76 @@ func bareALSAConfig(b *testing.B, dir string) {
 }
 
 // benchFloor reports what testdata/floor costs per second, measured as omnisat is: a long run
-// minus a short one.
-func benchFloor(b *testing.B, dir string, short, long time.Duration) {
+// minus a short one; with answers, it reads the answers of answeringSink too.
+func benchFloor(b *testing.B, dir string, answers bool, short, long time.Duration) {
 	testaudio.Require(b, "cc")
 	bin := filepath.Join(dir, "floor")
 	if out, err := exec.Command("cc", "-O2", "-Wall", "-o", bin, "testdata/floor/floor.c").CombinedOutput(); err != nil {
 		b.Fatalf("build testdata/floor: %v %s", err, out)
 	}
-	port := discardSink(b)
+	port, args := "", []string(nil)
+	if answers {
+		port, args = answeringSink(b), []string{"answers"}
+	} else {
+		port = discardSink(b)
+	}
 	benchCommand(b, short, long, func(d time.Duration) *exec.Cmd {
-		return exec.Command(bin, port, strconv.Itoa(int(d.Seconds())))
+		return exec.Command(bin, append([]string{port, strconv.Itoa(int(d.Seconds()))}, args...)...)
 	})
+}
+
+// What answeringSink says back to the floor, after each second of audio it receives (85,336
+// bytes of base64): the simulator's answers to audio_file, in size and timing. A 40 s trace of
+// audio_file read 58 KB a second from the simulator on average, a second of reply audio
+// (128,278 bytes) in three seconds of eight and less in the others, each a few milliseconds
+// after the chunk it answers.
+const (
+	floorChunkBytes  = 85336
+	floorReplyBytes  = 128278
+	floorOtherBytes  = 16000
+	floorAnswerDelay = 4 * time.Millisecond
+)
+
+// answeringSink listens on a loopback port and answers every second of the floor's audio with
+// one message (a 4-byte big-endian length and that many bytes: see testdata/floor), until the
+// benchmark ends; it returns the port.
+func answeringSink(b *testing.B) string {
+	sink, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sink.Close() })
+	answer := make([]byte, 4+floorReplyBytes)
+	for i := range answer[4:] {
+		answer[4+i] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[i%64]
+	}
+	go func() {
+		for {
+			c, err := sink.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				chunk := make([]byte, floorChunkBytes)
+				for second := 0; ; second++ {
+					if _, err := io.ReadFull(c, chunk); err != nil {
+						return
+					}
+					time.Sleep(floorAnswerDelay)
+					size := floorOtherBytes
+					if second%8 < 3 {
+						size = floorReplyBytes
+					}
+					binary.BigEndian.PutUint32(answer, uint32(size))
+					if _, err := c.Write(answer[:4+size]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return strconv.Itoa(sink.Addr().(*net.TCPAddr).Port)
 }
 
 // buildFloorGo builds testdata/floorgo into dir and returns its path.

@@ -2,16 +2,23 @@
  * floor: the least any audio client pays for the streaming job BenchmarkFootprint measures,
  * the work no implementation can skip. Once a second it wakes from a timer, base64-encodes a
  * second of 16 kHz float32 audio (64,000 bytes) and sends it over TCP to 127.0.0.1:PORT, for
- * SECONDS seconds. It does not frame, mask, read answers or decode replies: a real client pays
- * those on top.
+ * SECONDS seconds. It does not frame or mask, and without "answers" it reads nothing back.
  *
- *	floor PORT SECONDS
+ * With "answers" it also reads what the server says back after each second it sends, as a
+ * client must: the sink of BenchmarkFootprint's floor_answers row answers each second with one
+ * message, a 4-byte big-endian length and that many bytes, a few milliseconds later (as the
+ * simulator answers a chunk), so that the floor wakes a second time to read it. It reads the
+ * message as a WebSocket client reads a frame, a small read for the header and then the rest
+ * into its buffer, and decodes nothing: what it costs is the second wake-up and the bytes.
+ *
+ *	floor PORT SECONDS [answers]
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -31,12 +38,38 @@ static size_t encode(const unsigned char *in, size_t n, char *out)
 	return o;
 }
 
+/* read_answer reads one answer (a 4-byte big-endian length, then that many bytes): a read of
+ * up to 4096 bytes for its start, as a WebSocket client's buffered reader reads a frame's
+ * header, then the rest straight into the buffer. */
+static int read_answer(int sock)
+{
+	static unsigned char answer[1 << 20];
+	size_t have = 0, want = 4;
+	for (size_t room = 4096; have < want; room = want - have) {
+		ssize_t k = read(sock, answer + have, room);
+		if (k <= 0) {
+			perror("floor: read answer");
+			return 1;
+		}
+		have += (size_t)k;
+		if (want == 4 && have >= 4) {
+			want += (size_t)answer[0] << 24 | (size_t)answer[1] << 16 | (size_t)answer[2] << 8 | answer[3];
+			if (want > sizeof answer || have > want) {
+				fprintf(stderr, "floor: answer of %zu bytes, or more than one\n", want);
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: floor PORT SECONDS\n");
+	if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "answers") != 0)) {
+		fprintf(stderr, "usage: floor PORT SECONDS [answers]\n");
 		return 2;
 	}
+	int answers = argc == 4;
 	static unsigned char audio[64002]; /* one second, padded to whole 3-byte groups */
 	static char out[85336];
 	for (size_t i = 0; i < sizeof audio; i++)
@@ -70,6 +103,8 @@ int main(int argc, char **argv)
 			}
 			sent += (size_t)k;
 		}
+		if (answers && read_answer(sock) != 0)
+			return 1;
 	}
 	return 0;
 }
