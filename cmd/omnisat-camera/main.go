@@ -32,8 +32,9 @@ import (
 )
 
 // goProcs is how many threads run Go code at once unless GOMAXPROCS says otherwise, as in
-// `omnisat run`: the Go side here is a copy and a write per encoded frame, and with more than
-// one the runtime wakes a second thread at every frame to look for work that is not there.
+// `omnisat run`: the Go side here is a few writes (and, off the agent's pipe, a copy and a
+// write per encoded frame), and with more than one the runtime wakes a second thread at every
+// event to look for work that is not there.
 const goProcs = 1
 
 func main() {
@@ -41,18 +42,24 @@ func main() {
 		runtime.GOMAXPROCS(goProcs)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// The agent's pipe is this program's alone: frames go out with raw writes that wait in the
-	// runtime's poller, not blocking-style calls that wake its monitor thread at every frame.
+	// The agent's pipe is this program's alone: the camera's thread writes the frames to it
+	// itself, and the rest goes out with raw writes that wait in the runtime's poller, not
+	// blocking-style calls that wake its monitor thread.
 	var stdout io.Writer = os.Stdout
+	framesFD := -1
 	if w, ok := quietout.OwnPipe(os.Stdout); ok {
-		stdout = w
+		stdout, framesFD = w, syscall.Stdout
 	}
-	code := run(ctx, os.Args[1:], stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], stdout, os.Stderr, framesFD)
 	stop()
 	os.Exit(code)
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// run is the program on args. With a framesFD (not -1: the file under stdout), the camera's
+// grabber thread writes the frames and up messages to it directly, and this goroutine only the
+// stream's header and lost messages, never at the same time (opencv.OpenWriting): a frame then
+// wakes no Go code here. Otherwise every message goes through stdout.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, framesFD int) int {
 	fs := flag.NewFlagSet("omnisat-camera", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg camera.Config
@@ -87,10 +94,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	onState := func(ok bool, err error) {
-		if ok {
+		switch {
+		case ok && framesFD < 0:
 			send(out.Up())
-		} else {
+		case !ok:
 			send(out.Lost(err.Error()))
+		}
+	}
+	open := opencv.Open
+	if framesFD >= 0 {
+		open = func(ctx context.Context, cfg camera.Config, onState func(bool, error), log *slog.Logger) (*opencv.Camera, error) {
+			return opencv.OpenWriting(ctx, cfg, framesFD, onState, log)
+		}
+		if err := out.Begin(); err != nil {
+			log.Error("output gone; stopping", "err", err)
+			return 1
 		}
 	}
 
@@ -98,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var cam *opencv.Camera
 	for backoff := cfg.Retry; ; backoff = min(2*backoff, cfg.RetryMax) {
 		var err error
-		if cam, err = opencv.Open(ctx, cfg, onState, log); err == nil {
+		if cam, err = open(ctx, cfg, onState, log); err == nil {
 			break
 		}
 		if ctx.Err() != nil {

@@ -27,6 +27,18 @@ func requireFFmpeg(t *testing.T) {
 	}
 }
 
+// makeVideo writes a 2 s 640x480 test video at 10 fps and returns its path.
+func makeVideo(t *testing.T) string {
+	t.Helper()
+	requireFFmpeg(t)
+	video := filepath.Join(t.TempDir(), "cam.mp4")
+	if out, err := exec.Command("ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=640x480:rate=10",
+		"-t", "2", "-pix_fmt", "yuv420p", video).CombinedOutput(); err != nil {
+		t.Fatalf("ffmpeg: %v %s", err, out)
+	}
+	return video
+}
+
 // runProgram runs the program on args until stop is called; its output is read as the agent
 // reads it.
 func runProgram(t *testing.T, args ...string) (r *camera.StreamReader, stderr *bytes.Buffer, stop func() int) {
@@ -36,7 +48,7 @@ func runProgram(t *testing.T, args ...string) (r *camera.StreamReader, stderr *b
 	stderr = &bytes.Buffer{}
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, args, pw, stderr)
+		code <- run(ctx, args, pw, stderr, -1)
 		pw.Close()
 	}()
 	t.Cleanup(cancel)
@@ -56,12 +68,7 @@ func runProgram(t *testing.T, args ...string) (r *camera.StreamReader, stderr *b
 // Real OpenCV on a real video file: the program says the camera is up and sends JPEGs of the
 // configured size, and stops cleanly when told.
 func TestProgramSendsFrames(t *testing.T) {
-	requireFFmpeg(t)
-	video := filepath.Join(t.TempDir(), "cam.mp4")
-	if out, err := exec.Command("ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=640x480:rate=10",
-		"-t", "2", "-pix_fmt", "yuv420p", video).CombinedOutput(); err != nil {
-		t.Fatalf("ffmpeg: %v %s", err, out)
-	}
+	video := makeVideo(t)
 	r, _, stop := runProgram(t, "--source", "file:"+video, "--max-edge", "320", "--encode-fps", "5")
 	frames, up := 0, false
 	for frames < 3 {
@@ -90,6 +97,49 @@ func TestProgramSendsFrames(t *testing.T) {
 	}
 }
 
+// As the agent starts it, on a pipe of its own: the camera's thread writes the frames (and the
+// up message before them) itself, after the header the program wrote; when the agent is gone
+// the program ends with 1.
+func TestProgramFramesFromTheCameraThread(t *testing.T) {
+	video := makeVideo(t)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	fd := -1
+	if rc, err := pw.SyscallConn(); err != nil || rc.Control(func(d uintptr) { fd = int(d) }) != nil {
+		t.Fatal("no descriptor for the pipe")
+	}
+	var stderr syncbuf.Buffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(context.Background(), []string{"--source", "file:" + video, "--max-edge", "320", "--encode-fps", "5"}, pw, &stderr, fd)
+	}()
+	r := camera.NewStreamReader(pr, 1<<20)
+	if m, err := r.Next(); err != nil || m.Kind != camera.MsgUp {
+		t.Fatalf("first message %q, %v; want up (log: %s)", m.Kind, err, stderr.String())
+	}
+	for i := range 3 {
+		m, err := r.Next()
+		if err != nil || m.Kind != camera.MsgFrame {
+			t.Fatalf("message %d: %q, %v; want a frame", i+2, m.Kind, err)
+		}
+		if cfg, err := jpeg.DecodeConfig(bytes.NewReader(m.Frame)); err != nil || cfg.Width != 320 || cfg.Height != 240 {
+			t.Fatalf("frame %d: %dx%d, %v; want a 320x240 JPEG", i+1, cfg.Width, cfg.Height, err)
+		}
+	}
+	pr.Close()
+	select {
+	case c := <-code:
+		if c != 1 {
+			t.Fatalf("output gone: exit %d, want 1 (log: %s)", c, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the program kept running with its output gone")
+	}
+}
+
 // A camera that is not there: the program says so (with why) and keeps trying.
 func TestProgramCameraAbsent(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nope.mp4")
@@ -114,17 +164,17 @@ func (brokenPipe) Write([]byte) (int, error) { return 0, errors.New("broken pipe
 
 func TestProgramExitCodes(t *testing.T) {
 	var stderr bytes.Buffer
-	if code := run(context.Background(), []string{"--source", "0", "--quality", "101"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "camera.quality") {
+	if code := run(context.Background(), []string{"--source", "0", "--quality", "101"}, io.Discard, &stderr, -1); code != 2 || !strings.Contains(stderr.String(), "camera.quality") {
 		t.Fatalf("bad flag value: exit %d, %q", code, stderr.String())
 	}
-	if code := run(context.Background(), []string{"--nope"}, io.Discard, io.Discard); code != 2 {
+	if code := run(context.Background(), []string{"--nope"}, io.Discard, io.Discard, -1); code != 2 {
 		t.Fatalf("unknown flag: exit %d", code)
 	}
 	// The agent gone: the first write fails and the program ends instead of retrying forever.
 	missing := filepath.Join(t.TempDir(), "nope.mp4")
 	done := make(chan int, 1)
 	go func() {
-		done <- run(context.Background(), []string{"--source", "file:" + missing}, brokenPipe{}, io.Discard)
+		done <- run(context.Background(), []string{"--source", "file:" + missing}, brokenPipe{}, io.Discard, -1)
 	}()
 	select {
 	case code := <-done:

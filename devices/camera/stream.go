@@ -72,6 +72,22 @@ func (s *StreamWriter) Lost(reason string) error {
 	return s.send(MsgLost, []byte(reason))
 }
 
+// Begin writes the stream's header now, if no message has (it goes before the first message
+// otherwise): for another writer of the same file, such as a camera whose grabber writes its
+// frames itself (opencv.OpenWriting), that must find it written.
+func (s *StreamWriter) Begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.header {
+		return nil
+	}
+	if _, err := s.w.Write([]byte(streamHeader)); err != nil {
+		return fmt.Errorf("write camera stream: %w", err)
+	}
+	s.header = true
+	return nil
+}
+
 func (s *StreamWriter) send(kind byte, payload []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

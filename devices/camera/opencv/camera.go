@@ -5,7 +5,8 @@
 //
 // One thread of its own (grabber.go) owns the OpenCV capture while it streams. It grabs every
 // frame the source delivers, so that the camera's queue never holds stale images, but decodes
-// and encodes only EncodeFPS of them a second, and Go hears from it only for those. When the
+// and encodes only EncodeFPS of them a second, and Go hears from it only for those (or, with
+// OpenWriting, not at all: the thread writes them to a file descriptor itself). When the
 // camera is lost it reports so once, and reopens it with exponential backoff until it is back.
 // See README.md in this folder.
 package opencv
@@ -46,6 +47,7 @@ type Camera struct {
 	at      time.Time
 	closed  bool
 	staleIn time.Duration
+	outfd   int // -1: frames are published for Latest; else the grabber writes them here
 
 	up bool // grabber goroutine only: the state last reported
 }
@@ -57,6 +59,27 @@ type Camera struct {
 // with ok=true once Open succeeds) and when it is lost (ok=false, with the error, once per
 // loss, not per retry). It must not block for long. log may be nil.
 func Open(ctx context.Context, cfg camera.Config, onState func(ok bool, err error), log *slog.Logger) (*Camera, error) {
+	return openWith(ctx, cfg, -1, onState, log)
+}
+
+// OpenWriting opens the camera as Open does, but the grabber's thread writes every frame it
+// encodes straight to the file descriptor out, as a frame message of package camera's stream
+// (devices/camera/stream.go), with an up message before the first frame of each session, so
+// that the frames never pass through Go: the process does not wake for them. Latest and
+// Updated have no frames then, and onState's ok=true comes after the up message is written.
+// out must be a stream whose header is written (camera.StreamWriter.Begin), with no other
+// writer while a session runs: write to it only from onState(false, …), which comes after the
+// session's thread has ended, or while Open or OpenWriting is failing. It may be non-blocking.
+// A write that fails (EPIPE: the reader is gone) ends the session as a lost camera does, with
+// an error that wraps the write's errno.
+func OpenWriting(ctx context.Context, cfg camera.Config, out int, onState func(ok bool, err error), log *slog.Logger) (*Camera, error) {
+	if out < 0 {
+		return nil, fmt.Errorf("open camera %q: no output to write the frames to", cfg.Source)
+	}
+	return openWith(ctx, cfg, out, onState, log)
+}
+
+func openWith(ctx context.Context, cfg camera.Config, outfd int, onState func(ok bool, err error), log *slog.Logger) (*Camera, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("open camera %q: %w", cfg.Source, err)
 	}
@@ -86,6 +109,7 @@ func Open(ctx context.Context, cfg camera.Config, onState func(ok bool, err erro
 		done:    make(chan struct{}),
 		updated: make(chan struct{}, 1),
 		staleIn: cfg.StaleAfter(),
+		outfd:   outfd,
 	}
 	ready := make(chan error, 1)
 	go c.run(ctx, enc, interval, ready)
@@ -236,11 +260,22 @@ func (c *Camera) session(ctx context.Context, enc *Encoder, interval time.Durati
 	}
 	defer stop.close()
 
-	gr, err := startGrabber(cp, enc, sched, stop.fd, loopFile)
+	gr, err := startGrabber(cp, enc, sched, stop.fd, loopFile, c.outfd)
 	if err != nil {
 		return fmt.Errorf("camera %q: %w", c.src.Name, err)
 	}
 	defer gr.free()
+	if c.outfd >= 0 {
+		how := gr.nextWritten()
+		if how == grabRunning {
+			up()
+			how = gr.nextWritten()
+		}
+		if how == grabStopped {
+			return context.Cause(ctx)
+		}
+		return gr.grabError(how, c.src.Name)
+	}
 	for first := true; ; first = false {
 		b, how := gr.next()
 		if b == nil {

@@ -358,7 +358,7 @@ func TestGrabberPacesWithoutDrift(t *testing.T) {
 		}
 		defer stop.close()
 		start := time.Now()
-		gr, err := startGrabber(cp, enc, sched, stop.fd, "")
+		gr, err := startGrabber(cp, enc, sched, stop.fd, "", -1)
 		if err != nil {
 			t.Fatal(err)
 		}

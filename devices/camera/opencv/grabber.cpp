@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
-
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #include <exception>
 #include <new>
@@ -167,9 +167,56 @@ void* fail(CamGrabber* g, int how, CamCapture cap, int r, const char* refused) {
     return end(g, how, msg);
 }
 
+// emit writes an encoded frame to g->outfd as a frame message of the camera stream, after an
+// up message when it is the thread's first, waiting for room (a non-blocking pipe) in poll
+// with stopfd. It returns CAM_RUNNING, or how the thread ends: CAM_STOPPED, or
+// CAM_OUTPUT_FAILED with errnum and err set (EPIPE: the reader is gone).
+int emit(CamGrabber* g, int stopfd, const unsigned char* jpeg, unsigned long size) {
+    unsigned char up[5] = {'U', 0, 0, 0, 0};
+    unsigned char head[5] = {'F', (unsigned char)(size >> 24), (unsigned char)(size >> 16),
+                             (unsigned char)(size >> 8), (unsigned char)size};
+    struct iovec iov[3];
+    int n = 0;
+    if (g->written == 0)
+        iov[n++] = {up, sizeof up};
+    iov[n++] = {head, sizeof head};
+    iov[n++] = {const_cast<unsigned char*>(jpeg), size};
+    struct iovec* v = iov;
+    while (n > 0) {
+        ssize_t k = writev(g->outfd, v, n);
+        if (k < 0 && errno == EAGAIN) {
+            struct pollfd p[2] = {{g->outfd, POLLOUT, 0}, {stopfd, POLLIN, 0}};
+            if (poll(p, 2, -1) < 0 && errno != EINTR)
+                k = -1;  // cannot wait: fail below with poll's errno
+            else if (p[1].revents)
+                return CAM_STOPPED;
+            else
+                continue;  // room, or an error the next write reports
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            g->errnum = errno;
+            snprintf(g->err, sizeof g->err, "write the frame: %s", strerror(errno));
+            return CAM_OUTPUT_FAILED;
+        }
+        for (; n > 0 && (size_t)k >= v->iov_len; v++, n--)
+            k -= (ssize_t)v->iov_len;
+        if (n > 0) {
+            v->iov_base = static_cast<unsigned char*>(v->iov_base) + k;
+            v->iov_len -= (size_t)k;
+        }
+    }
+    __atomic_store_n(&g->written, g->written + 1, __ATOMIC_RELEASE);
+    if (g->written == 1)
+        post(g);  // Go hears once that the camera delivers
+    return CAM_RUNNING;
+}
+
 // run grabs every frame the source delivers (so that its queue never holds stale images),
 // pacing a file at its frame rate, and retrieves and encodes one whenever one is due and Go has
-// taken the last. Go hears from it only then, and when it ends.
+// taken the last. Go hears from it only then, and when it ends. With an outfd it writes the
+// frames there itself, and Go hears from it after the first and when it ends.
 void* run(void* arg) {
     // Signals for the process (SIGTERM, SIGINT) go to Go's threads, not through a C thread.
     sigset_t all;
@@ -221,10 +268,16 @@ void* run(void* arg) {
         unsigned long size;
         if (cam_encode(in->enc, &in->frame, &out, &size) != 1)
             return end(g, CAM_ENCODE_FAILED, cam_encoder_error(in->enc));
-        g->jpeg = out;
-        g->size = size;
-        __atomic_store_n(&g->frame_ready, 1, __ATOMIC_RELEASE);
-        post(g);
+        if (g->outfd >= 0) {
+            int how = emit(g, in->stopfd, out, size);
+            if (how != CAM_RUNNING)
+                return end(g, how, nullptr);
+        } else {
+            g->jpeg = out;
+            g->size = size;
+            __atomic_store_n(&g->frame_ready, 1, __ATOMIC_RELEASE);
+            post(g);
+        }
         // Keep to the rate on average (the next due time moves by whole intervals), without
         // bursts after a stall.
         s->next_encode = s->next_encode == 0 ? now : s->next_encode;
@@ -239,7 +292,7 @@ void* run(void* arg) {
 extern "C" {
 
 CamGrabber* cam_grabber_start(CamCapture cap, CamEncoder* enc, CamSchedule* sched, int stopfd,
-                               const char* loop_file, int api) {
+                               const char* loop_file, int api, int outfd) {
     CamGrabber* g = new (std::nothrow) CamGrabber();
     Grabber* in = new (std::nothrow) Grabber();
     if (!g || !in) {
@@ -259,6 +312,7 @@ CamGrabber* cam_grabber_start(CamCapture cap, CamEncoder* enc, CamSchedule* sche
         return nullptr;
     }
     in->api = api;
+    g->outfd = outfd;
     g->impl = in;
     g->readyfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (g->readyfd < 0 || pthread_create(&in->thread, nullptr, run, g) != 0) {

@@ -35,14 +35,15 @@ type grabber struct {
 
 // startGrabber starts the thread on cp with enc and sched (all three are the thread's until
 // free has returned). It stops when stopfd becomes readable. With loopFile (not ""), the
-// thread reopens that file when it ends, so that it plays in a loop.
-func startGrabber(cp *capture, enc *Encoder, sched schedule, stopfd int, loopFile string) (*grabber, error) {
+// thread reopens that file when it ends, so that it plays in a loop. With an outfd (not -1)
+// it writes the frames there itself (see OpenWriting); next then never returns one.
+func startGrabber(cp *capture, enc *Encoder, sched schedule, stopfd int, loopFile string, outfd int) (*grabber, error) {
 	var cfile *C.char
 	if loopFile != "" {
 		cfile = C.CString(loopFile)
 		defer C.free(unsafe.Pointer(cfile))
 	}
-	g := C.cam_grabber_start(cp.p, enc.c, sched.s, C.int(stopfd), cfile, C.int(apiFFmpeg))
+	g := C.cam_grabber_start(cp.p, enc.c, sched.s, C.int(stopfd), cfile, C.int(apiFFmpeg), C.int(outfd))
 	if g == nil {
 		return nil, errors.New("cannot start the grabber thread")
 	}
@@ -61,6 +62,7 @@ const (
 	grabDecodeFailed = grabEnd(C.CAM_DECODE_FAILED)
 	grabEncodeFailed = grabEnd(C.CAM_ENCODE_FAILED)
 	grabReopenFailed = grabEnd(C.CAM_REOPEN_FAILED)
+	grabOutputFailed = grabEnd(C.CAM_OUTPUT_FAILED) // writing to outfd failed
 )
 
 // next sleeps until the thread has encoded a frame or ended. It returns the frame (a copy),
@@ -77,6 +79,24 @@ func (gr *grabber) next() ([]byte, grabEnd) {
 		}
 		if err := gr.wait(); err != nil { // cannot happen: the file is open until free
 			return nil, grabFailed
+		}
+	}
+}
+
+// nextWritten sleeps until the thread has written its first frame to its outfd (and returns
+// grabRunning), or until it has ended (and returns how); after the first frame, until it
+// ends.
+func (gr *grabber) nextWritten() grabEnd {
+	first := atomic.LoadInt64((*int64)(unsafe.Pointer(&gr.g.written))) == 0
+	for {
+		if how := grabEnd(atomic.LoadInt32((*int32)(unsafe.Pointer(&gr.g.ended)))); how != grabRunning {
+			return how
+		}
+		if first && atomic.LoadInt64((*int64)(unsafe.Pointer(&gr.g.written))) > 0 {
+			return grabRunning
+		}
+		if err := gr.wait(); err != nil { // cannot happen: the file is open until free
+			return grabFailed
 		}
 	}
 }
@@ -127,6 +147,8 @@ func (gr *grabber) grabError(how grabEnd, name string) error {
 		return fmt.Errorf("decode frame from camera %q: %s", name, gr.err())
 	case grabEncodeFailed:
 		return fmt.Errorf("camera %q: %s", name, gr.err())
+	case grabOutputFailed: // as os.File's Write says it, so that errors.Is finds EPIPE
+		return fmt.Errorf("camera %q: %w", name, &os.PathError{Op: "write", Path: "the frames' output", Err: syscall.Errno(gr.g.errnum)})
 	case grabReopenFailed:
 		if n := gr.g.errnum; n != 0 { // as os.Stat says it, so that errors.Is finds the cause
 			return fmt.Errorf("reopen camera %q to loop: %w", name, &os.PathError{Op: "stat", Path: gr.loopFile, Err: syscall.Errno(n)})

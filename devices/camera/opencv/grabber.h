@@ -41,6 +41,7 @@ enum {
 	CAM_DECODE_FAILED = 4,
 	CAM_ENCODE_FAILED = 5,
 	CAM_REOPEN_FAILED = 6, // a file that ended could not be opened again to loop (err)
+	CAM_OUTPUT_FAILED = 7, // writing to outfd failed (err; errnum: the write's errno)
 };
 
 // A grabber thread owns a capture, its encoder and a schedule while it runs. The fields up to
@@ -48,24 +49,32 @@ enum {
 // and size) and ended (after err and grabbed) with release and then bumps readyfd, an eventfd
 // Go sleeps on; Go loads them with acquire, and stores frame_ready = 0 once it has copied the
 // frame, which lets the thread encode the next one.
+//
+// With an outfd (not -1) the thread writes each frame there itself instead, as a message of
+// package camera's stream (devices/camera/stream.go), with an up message before the first
+// one: Go never touches the frames and hears from the thread only after that first frame
+// (written becomes 1) and when it ends.
 typedef struct {
 	int32_t frame_ready;
 	int32_t ended;
 	const unsigned char* jpeg;
 	uint64_t size;
 	int64_t grabbed; // frames grabbed from this capture
+	int64_t written; // frames written to outfd
 	char err[512];
-	int32_t errnum; // CAM_REOPEN_FAILED: stat's errno, 0 when the file was there
+	int32_t errnum; // CAM_REOPEN_FAILED: stat's errno, 0 when the file was there; CAM_OUTPUT_FAILED: write's
 	int readyfd;
+	int outfd;
 	void* impl;
 } CamGrabber;
 
 // cam_grabber_start starts the thread (NULL when it cannot: no memory, no thread). The
 // capture, encoder and schedule must outlive it; stopfd is polled, never read or closed. With
 // a loop_file (NULL: none), a capture that ends after delivering frames is opened again on
-// that file with the api given, so that the file plays in a loop.
+// that file with the api given, so that the file plays in a loop. outfd (-1: none) is where
+// it writes the frames itself (see CamGrabber); it may be non-blocking, and is never closed.
 CamGrabber* cam_grabber_start(CamCapture cap, CamEncoder* enc, CamSchedule* sched, int stopfd,
-	const char* loop_file, int api);
+	const char* loop_file, int api, int outfd);
 // cam_grabber_free waits for the thread to end (call it once ended is set) and frees it;
 // readyfd belongs to Go's file by then.
 void cam_grabber_free(CamGrabber* g);
