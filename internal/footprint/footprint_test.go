@@ -469,25 +469,24 @@ func bareALSAConfig(b *testing.B, dir string) {
 }
 
 // benchFloor reports what testdata/floor costs per second, measured as omnisat is: a long run
-// minus a short one; with answers, it reads the answers of answeringSink too.
+// minus a short one; with answers, it reads the answers of answerFloor too.
 func benchFloor(b *testing.B, dir string, answers bool, short, long time.Duration) {
 	testaudio.Require(b, "cc")
 	bin := filepath.Join(dir, "floor")
 	if out, err := exec.Command("cc", "-O2", "-Wall", "-o", bin, "testdata/floor/floor.c").CombinedOutput(); err != nil {
 		b.Fatalf("build testdata/floor: %v %s", err, out)
 	}
-	port, args := "", []string(nil)
+	serve, mode := discard, []string(nil)
 	if answers {
-		port, args = answeringSink(b), []string{"answers"}
-	} else {
-		port = discardSink(b)
+		serve, mode = answerFloor, []string{"answers"}
 	}
+	port := loopbackSink(b, serve)
 	benchCommand(b, short, long, func(d time.Duration) *exec.Cmd {
-		return exec.Command(bin, append([]string{port, strconv.Itoa(int(d.Seconds()))}, args...)...)
+		return exec.Command(bin, append([]string{port, strconv.Itoa(int(d.Seconds()))}, mode...)...)
 	})
 }
 
-// What answeringSink says back to the floor, after each second of audio it receives (85,336
+// What answerFloor says back to the floor, after each second of audio it receives (85,336
 // bytes of base64): the simulator's answers to audio_file, in size and timing. A 40 s trace of
 // audio_file read 58 KB a second from the simulator on average, a second of reply audio
 // (128,278 bytes) in three seconds of eight and less in the others, each a few milliseconds
@@ -499,46 +498,36 @@ const (
 	floorAnswerDelay = 4 * time.Millisecond
 )
 
-// answeringSink listens on a loopback port and answers every second of the floor's audio with
-// one message (a 4-byte big-endian length and that many bytes: see testdata/floor), until the
-// benchmark ends; it returns the port.
-func answeringSink(b *testing.B) string {
-	sink, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+// floorAnswer is the body of every answer (the first floorReplyBytes or floorOtherBytes of
+// it): base64 text, read by every connection and written by none.
+var floorAnswer = func() []byte {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	body := make([]byte, floorReplyBytes)
+	for i := range body {
+		body[i] = alphabet[i%len(alphabet)]
 	}
-	b.Cleanup(func() { sink.Close() })
-	answer := make([]byte, 4+floorReplyBytes)
-	for i := range answer[4:] {
-		answer[4+i] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[i%64]
-	}
-	go func() {
-		for {
-			c, err := sink.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				chunk := make([]byte, floorChunkBytes)
-				for second := 0; ; second++ {
-					if _, err := io.ReadFull(c, chunk); err != nil {
-						return
-					}
-					time.Sleep(floorAnswerDelay)
-					size := floorOtherBytes
-					if second%8 < 3 {
-						size = floorReplyBytes
-					}
-					binary.BigEndian.PutUint32(answer, uint32(size))
-					if _, err := c.Write(answer[:4+size]); err != nil {
-						return
-					}
-				}
-			}()
+	return body
+}()
+
+// answerFloor answers every second of the floor's audio on c with one message (a 4-byte
+// big-endian length and that many bytes: see testdata/floor), until c ends.
+func answerFloor(c net.Conn) {
+	chunk := make([]byte, floorChunkBytes)
+	var head [4]byte
+	for second := 0; ; second++ {
+		if _, err := io.ReadFull(c, chunk); err != nil {
+			return
 		}
-	}()
-	return strconv.Itoa(sink.Addr().(*net.TCPAddr).Port)
+		time.Sleep(floorAnswerDelay)
+		size := floorOtherBytes
+		if second%8 < 3 {
+			size = floorReplyBytes
+		}
+		binary.BigEndian.PutUint32(head[:], uint32(size))
+		if _, err := (&net.Buffers{head[:], floorAnswer[:size]}).WriteTo(c); err != nil {
+			return
+		}
+	}
 }
 
 // buildFloorGo builds testdata/floorgo into dir and returns its path.
@@ -555,15 +544,15 @@ func buildFloorGo(b *testing.B, dir string) string {
 // blocking-style system calls (quiet), to tell what the Go runtime charges here from what
 // omnisat does.
 func benchFloorGo(b *testing.B, bin, form string, short, long time.Duration) {
-	port := discardSink(b)
+	port := loopbackSink(b, discard)
 	benchCommand(b, short, long, func(d time.Duration) *exec.Cmd {
 		return exec.Command(bin, port, strconv.Itoa(int(d.Seconds())), form)
 	})
 }
 
-// discardSink listens on a loopback port, reads and drops whatever comes, until the benchmark
-// ends; it returns the port.
-func discardSink(b *testing.B) string {
+// loopbackSink listens on a loopback port and runs serve on every connection (closing it
+// after), until the benchmark ends; it returns the port.
+func loopbackSink(b *testing.B, serve func(net.Conn)) string {
 	sink, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -575,11 +564,14 @@ func discardSink(b *testing.B) string {
 			if err != nil {
 				return
 			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
+			go func() { serve(c); c.Close() }()
 		}
 	}()
 	return strconv.Itoa(sink.Addr().(*net.TCPAddr).Port)
 }
+
+// discard reads and drops whatever comes on c.
+func discard(c net.Conn) { io.Copy(io.Discard, c) }
 
 // benchPythonProbe reports what a Python client streaming as the MiniCPM-o project's
 // examples/realtime/audio_probe.py does (testdata/probe/probe.py) costs here, against the same
