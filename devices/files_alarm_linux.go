@@ -26,14 +26,18 @@ type alarm struct {
 	buf  [8]byte
 
 	// read is the poller's callback for one wait, made once (by the first wait, when the alarm
-	// has its place) so that a wait allocates nothing; readErr is what it saw. armed is set when
-	// the timer has just been armed: the first call then waits without reading, as the timer
-	// cannot have expired yet (a read would only find EAGAIN: one system call a block for
-	// nothing). reads counts the read calls (tests).
-	read    func(fd uintptr) bool
-	readErr error
-	armed   bool
-	reads   int
+	// has its place) so that a wait allocates nothing; readErr is what it saw. due is what the
+	// wait is for: the callback's first call arms the timer for it and waits without reading,
+	// as the timer cannot have expired yet (a read would only find EAGAIN: one system call a
+	// block for nothing). It arms the timer there, not before the wait: the poller forgets any
+	// readiness it saw when a wait begins (RawRead resets it before its first call), and an
+	// expiry it saw in between would be forgotten, with no new edge to come. reads counts the
+	// read calls; beforePoll, when set, runs just before a wait begins (tests).
+	read       func(fd uintptr) bool
+	readErr    error
+	due        time.Duration
+	reads      int
+	beforePoll func()
 
 	// ctx is the context the waits are cut short by: its end sets a read deadline in the past
 	// (stop undoes that). It is registered once, not at every wait: a reader keeps its context.
@@ -69,9 +73,13 @@ func (a *alarm) arm(d time.Duration) error {
 func (a *alarm) expired() error {
 	if a.read == nil {
 		a.read = func(fd uintptr) bool {
-			if a.armed {
-				// The poller reports the expiry (edge-triggered) even if it came already.
-				a.armed = false
+			if d := a.due; d > 0 {
+				// The poller reports the expiry (edge-triggered), however soon it comes.
+				a.due = 0
+				if err := a.arm(d); err != nil {
+					a.readErr = err
+					return true
+				}
 				return false
 			}
 			a.reads++
@@ -86,6 +94,9 @@ func (a *alarm) expired() error {
 		}
 	}
 	a.readErr = nil
+	if a.beforePoll != nil {
+		a.beforePoll()
+	}
 	if err := a.raw.Read(a.read); err != nil {
 		return err
 	}
@@ -112,11 +123,9 @@ func (a *alarm) wait(ctx context.Context, d time.Duration) error {
 		file := a.file
 		a.ctx, a.stop = ctx, context.AfterFunc(ctx, func() { file.SetReadDeadline(time.Unix(1, 0)) })
 	}
-	if err := a.arm(d); err != nil {
-		return Sleep(ctx, d)
-	}
-	a.armed = true
+	a.due = d
 	err := a.expired()
+	a.due = 0 // not armed when the wait ended before its first call (a deadline)
 	if err := ctx.Err(); err != nil {
 		a.arm(0) // disarmed: no stale expiry later
 		return err
@@ -126,7 +135,7 @@ func (a *alarm) wait(ctx context.Context, d time.Duration) error {
 		return a.file.SetReadDeadline(time.Time{})
 	}
 	if err != nil {
-		return Sleep(ctx, d) // cannot happen with a timerfd; a timer still paces
+		return Sleep(ctx, d) // cannot happen with a timerfd (arming or reading it); a timer still paces
 	}
 	return nil
 }

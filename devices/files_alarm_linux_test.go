@@ -50,3 +50,35 @@ func TestAlarmReadsOncePerExpiry(t *testing.T) {
 		}
 	}
 }
+
+// A wait that begins late (its goroutine held up between deciding to wait and waiting, as on a
+// busy machine) still wakes at the expiry. The poller forgets any readiness it has seen when a
+// wait begins; a timer armed before that could expire, be seen and be forgotten, and the wait
+// would then sleep for ever.
+func TestAlarmWakesWhenItsWaitBeginsLate(t *testing.T) {
+	a := newAlarm()
+	if a.file == nil {
+		t.Fatal("no timerfd")
+	}
+	defer a.file.Close()
+	// Long past a 1 ms expiry, with the goroutine parked so that the poller runs meanwhile.
+	a.beforePoll = func() { time.Sleep(20 * time.Millisecond) }
+	done := make(chan error, 1)
+	go func() {
+		for range 5 {
+			if err := a.wait(context.Background(), time.Millisecond); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a wait never woke: its timer's expiry was lost")
+	}
+}
