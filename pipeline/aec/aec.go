@@ -15,16 +15,26 @@
 // of its deep sleep every time (three to four wake-ups per device buffer on a Pi-like ALSA
 // device, against the worker's one). The results are the same to the bit
 // (TestWorkerIsTheDirectCall).
+//
+// While the speaker is silent the canceller has nothing to remove, and after the reference has
+// been all zeros for longer than its filter (plus two seconds) it is left out: its output for
+// those frames is the microphone through its DC notch, which Process computes itself, and the
+// denoiser and AGC run as before. That is two thirds of the cleaning's CPU on a satellite whose
+// speaker is mostly silent (BenchmarkProcess, speaker-silent). New checks that speexdsp here
+// computes the notch as Process does, and leaves the canceller in for good if not; the echo of
+// the next reply is cancelled within a dB of running it throughout (TestSkipIsTheCanceller).
 package aec
 
 /*
 #cgo pkg-config: speexdsp
-#cgo LDFLAGS: -lpthread
+#cgo LDFLAGS: -lpthread -lm
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
 #include <speex/speex_echo.h>
@@ -50,14 +60,140 @@ static int echo_ir_size(SpeexEchoState *st) {
 static void echo_ir(SpeexEchoState *st, spx_int32_t *ir) {
 	speex_echo_ctl(st, SPEEX_ECHO_GET_IMPULSE_RESPONSE, ir);
 }
+// quiet lets process leave the canceller out while the speaker is silent. Once the reference
+// has been all zeros for longer than the filter models, speexdsp's echo estimate is exactly
+// zero, and its output is the microphone through its DC notch (its pre-emphasis and
+// de-emphasis cancel out): quiet computes that notch itself, which costs next to nothing
+// against the canceller's transforms (two thirds of the cleaning's CPU; a kiosk's speaker is
+// silent most of the time). Its notch runs on
+// every frame, so it always holds speexdsp's notch state; the last skipped frames are kept and
+// fed to the canceller before it runs again, so that its own notch and emphasis memories
+// (which forget within a few frames) are what they would have been.
+enum { quiet_replay = 6 };
+typedef struct {
+	int frame;
+	int skip_after;   // zero reference frames after which the echo estimate is zero
+	int enabled;      // 0: the library does not match the notch here (quiet_check)
+	int zero_frames;  // consecutive zero reference frames so far
+	int kept;         // skipped frames in replay, up to quiet_replay
+	long long skipped;
+	float radius, den2;
+	float mem[2];
+	spx_int16_t *replay;  // quiet_replay frames of skipped microphone input, a ring
+	spx_int16_t *scratch; // two frames: a zero reference and a discarded output
+} quiet;
+
+// quiet_new sets up the skip for a canceller of taps taps at rate; NULL when out of memory.
+static quiet *quiet_new(int frame, int taps, int rate) {
+	quiet *q = calloc(1, sizeof *q);
+	if (!q)
+		return NULL;
+	q->replay = calloc((size_t)(quiet_replay + 2) * frame, sizeof(spx_int16_t));
+	if (!q->replay) {
+		free(q);
+		return NULL;
+	}
+	q->scratch = q->replay + quiet_replay * frame;
+	q->frame = frame;
+	// The echo estimate covers taps samples, in blocks of a frame over the last two frames'
+	// transform; the preprocessor's residual echo reads the last two estimates. Two seconds
+	// more: speexdsp's far-end power estimate keeps falling through a silence, and how far it
+	// fell sets how fast the canceller adapts when the speaker starts again; after two seconds
+	// it is near its floor, and the next reply's echo is cancelled as without the skip (within
+	// a dB, TestSkipIsTheCanceller), where skipping at once cost up to 3 dB of it.
+	q->skip_after = (taps + frame - 1) / frame + 3 + 2 * (rate / frame);
+	// speexdsp's notch radius and its denominator (mdf.c).
+	q->radius = rate < 12000 ? .9f : rate < 24000 ? .982f : .992f;
+	q->den2 = q->radius * q->radius + .7 * (1 - q->radius) * (1 - q->radius);
+	return q;
+}
+
+static void quiet_free(quiet *q) {
+	if (q) {
+		free(q->replay);
+		free(q);
+	}
+}
+
+// quiet_reset is the state after speex_echo_state_reset.
+static void quiet_reset(quiet *q) {
+	q->zero_frames = 0;
+	q->kept = 0;
+	q->mem[0] = q->mem[1] = 0;
+}
+
+static spx_int16_t to_int16(float x) {
+	return x < -32767.5f ? -32768 : x > 32766.5f ? 32767 : (spx_int16_t)floor(.5 + x);
+}
+
+// quiet_notch is speexdsp's filter_dc_notch16 (float build) to the int16 output.
+static void quiet_notch(quiet *q, const spx_int16_t *in, spx_int16_t *out) {
+	for (int i = 0; i < q->frame; i++) {
+		float vin = in[i];
+		float vout = q->mem[0] + vin;
+		q->mem[0] = q->mem[1] + 2 * (-vin + q->radius * vout);
+		q->mem[1] = vin - q->den2 * vout;
+		float o = q->radius * vout;
+		if (out)
+			out[i] = to_int16(o > 32767 ? 32767 : o < -32767 ? -32767 : o);
+	}
+}
+
+static int all_zero(const spx_int16_t *x, int n) {
+	for (int i = 0; i < n; i++)
+		if (x[i])
+			return 0;
+	return 1;
+}
+
+// quiet_check runs a test signal through a fresh canceller with a silent reference and
+// through quiet_notch, and enables the skip only if they agree to the last bit (a fixed-point
+// or otherwise different speexdsp leaves it off). It resets both afterwards.
+static void quiet_check(quiet *q, SpeexEchoState *echo) {
+	int n = q->frame, ok = 1;
+	spx_int16_t *mic = q->replay, *zero = q->scratch, *want = q->scratch + n, *got = q->replay + n;
+	memset(zero, 0, n * sizeof *zero);
+	for (int f = 0; f < q->skip_after + 10 && ok; f++) {
+		for (int i = 0; i < n; i++) {
+			int k = f * n + i;
+			mic[i] = (spx_int16_t)(900 + 9000 * sin(k * 0.0712) + ((k * 7919) % 4001) - 2000);
+		}
+		speex_echo_cancellation(echo, mic, zero, want);
+		quiet_notch(q, mic, got);
+		for (int i = 0; i < n; i++)
+			if (abs(want[i] - got[i]) > 1)
+				ok = 0;
+	}
+	speex_echo_state_reset(echo);
+	quiet_reset(q);
+	q->enabled = ok;
+}
+
 // process runs frames frames of frame samples each through the canceller (when there is one)
 // and the preprocessor in a single call from Go: every call from Go into C costs the Go
 // scheduler a hand-over (and often a wake-up of its monitor thread), so a device buffer of
 // ten 10 ms frames is one call, not ten.
-static void process(SpeexEchoState *echo, SpeexPreprocessState *pre, int frame, int frames,
+static void process(SpeexEchoState *echo, SpeexPreprocessState *pre, quiet *q, int frame, int frames,
 		spx_int16_t *mic, const spx_int16_t *ref, spx_int16_t *out) {
 	for (int i = 0; i < frames; i++) {
 		spx_int16_t *buf = mic + i * frame;
+		if (echo && q) {
+			const spx_int16_t *r = ref + i * frame;
+			q->zero_frames = all_zero(r, frame) ? q->zero_frames + 1 : 0;
+			if (q->enabled && q->zero_frames > q->skip_after) {
+				quiet_notch(q, buf, out + i * frame);
+				memcpy(q->replay + (q->skipped % quiet_replay) * frame, buf, frame * sizeof *buf);
+				q->skipped++;
+				q->kept = q->kept < quiet_replay ? q->kept + 1 : quiet_replay;
+				speex_preprocess_run(pre, out + i * frame);
+				continue;
+			}
+			for (; q->kept > 0; q->kept--) {
+				spx_int16_t *old = q->replay + ((q->skipped - q->kept) % quiet_replay) * frame;
+				speex_echo_cancellation(echo, old, q->scratch, q->scratch + frame);
+			}
+			quiet_notch(q, buf, NULL);
+		}
 		if (echo) {
 			speex_echo_cancellation(echo, buf, ref + i * frame, out + i * frame);
 			buf = out + i * frame;
@@ -71,6 +207,7 @@ static void process(SpeexEchoState *echo, SpeexPreprocessState *pre, int frame, 
 typedef struct {
 	SpeexEchoState *echo;
 	SpeexPreprocessState *pre;
+	quiet *quiet;
 	int frame, frames;
 	spx_int16_t *mic, *ref, *out;
 	int jobfd, donefd;
@@ -89,7 +226,7 @@ static void *work(void *p) {
 		}
 		if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
 			return NULL;
-		process(w->echo, w->pre, w->frame, w->frames, w->mic, w->ref, w->out);
+		process(w->echo, w->pre, w->quiet, w->frame, w->frames, w->mic, w->ref, w->out);
 		uint64_t one = 1;
 		ssize_t n = write(w->donefd, &one, sizeof one);
 		(void)n;
@@ -219,6 +356,7 @@ type Processor struct {
 	cfg   Config
 	frame int
 	echo  *C.SpeexEchoState // nil without echo cancellation
+	quiet *C.quiet          // leaves the canceller out while the reference is silent; with echo
 	pre   *C.SpeexPreprocessState
 	// Buffers in C memory for up to frames frames: speexdsp never sees a Go pointer, so nothing
 	// here can trip cgo's pointer checks, and Go views them through unsafe.Slice. They grow to
@@ -257,6 +395,12 @@ func New(cfg Config) (*Processor, error) {
 			return nil, errors.New("aec: speex_echo_state_init failed")
 		}
 		C.echo_set_rate(p.echo, C.int(cfg.Rate))
+		p.quiet = C.quiet_new(C.int(frame), C.int(taps), C.int(cfg.Rate))
+		if p.quiet == nil {
+			p.Close()
+			return nil, errors.New("aec: out of memory")
+		}
+		C.quiet_check(p.quiet, p.echo)
 	}
 	p.pre = C.speex_preprocess_state_init(C.int(frame), C.int(cfg.Rate))
 	if p.pre == nil {
@@ -338,7 +482,7 @@ func (p *Processor) Process(out, mic, ref []float32) error {
 	micP, refP, outP := (*C.spx_int16_t)(unsafe.Pointer(&mic16[0])), (*C.spx_int16_t)(unsafe.Pointer(&ref16[0])),
 		(*C.spx_int16_t)(unsafe.Pointer(&p.out[0]))
 	if !p.onWorker(n, micP, refP, outP) {
-		C.process(p.echo, p.pre, C.int(p.frame), C.int(n), micP, refP, outP)
+		C.process(p.echo, p.pre, p.quiet, C.int(p.frame), C.int(n), micP, refP, outP)
 	}
 	for i, v := range buf {
 		out[i] = float32(v) / 32768
@@ -354,7 +498,7 @@ func (p *Processor) startWorker() {
 	}
 	done := os.NewFile(uintptr(w.donefd), "aec-done")
 	wait := counterwait.Waiter(done)
-	w.echo, w.pre, w.frame = p.echo, p.pre, C.int(p.frame)
+	w.echo, w.pre, w.quiet, w.frame = p.echo, p.pre, p.quiet, C.int(p.frame)
 	p.worker, p.done, p.wait = w, done, wait
 }
 
@@ -435,8 +579,29 @@ func abs32(v int32) int64 { return max(int64(v), -int64(v)) }
 func (p *Processor) Reset() {
 	if p.echo != nil {
 		C.speex_echo_state_reset(p.echo)
+		C.quiet_reset(p.quiet)
 	}
 }
+
+// Skipped is how many frames the canceller was left out of because the reference had been
+// silent for longer than its filter: speexdsp's output for them is the microphone through its
+// DC notch, which Process computes itself (see quiet in the C code above).
+func (p *Processor) Skipped() int64 {
+	if p.quiet == nil {
+		return 0
+	}
+	return int64(p.quiet.skipped)
+}
+
+// neverSkip turns the skip off: the tests compare the two.
+func (p *Processor) neverSkip() {
+	if p.quiet != nil {
+		p.quiet.enabled = 0
+	}
+}
+
+// canSkip reports what New's check found: speexdsp here computes the notch as quiet does.
+func (p *Processor) canSkip() bool { return p.quiet != nil && p.quiet.enabled != 0 }
 
 // Close frees the C state. Closing twice is fine.
 func (p *Processor) Close() {
@@ -448,6 +613,10 @@ func (p *Processor) Close() {
 	if p.echo != nil {
 		C.speex_echo_state_destroy(p.echo)
 		p.echo = nil
+	}
+	if p.quiet != nil {
+		C.quiet_free(p.quiet)
+		p.quiet = nil
 	}
 	if p.irBuf != nil {
 		C.free(p.irBuf)
