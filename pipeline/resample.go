@@ -6,6 +6,7 @@ package pipeline
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -171,7 +172,31 @@ func (r *Resampler) Process(dst, src []float32) []float32 {
 		n := min(len(src), cap(r.buf)-len(r.buf))
 		r.buf = append(r.buf, src[:n]...)
 		src = src[n:]
-		dst = r.run(dst, math.MaxInt64)
+		dst = r.run(dst, math.MaxInt64, false)
+	}
+	return dst
+}
+
+// Silence appends what Process appends for n zero samples. While the history is silent too,
+// every output is zero and it computes none of the products: a speaker's record of the silence
+// it plays between replies costs next to nothing to bring to the microphone's rate.
+func (r *Resampler) Silence(dst []float32, n int) []float32 {
+	if r.up == r.down {
+		dst = slices.Grow(dst, n)
+		l := len(dst)
+		dst = dst[:l+n]
+		clear(dst[l:])
+		return dst
+	}
+	r.nIn += int64(n)
+	for n > 0 {
+		silent := PeakAbove(0, r.buf) == 0 // false for a NaN: the products decide then
+		k := min(n, cap(r.buf)-len(r.buf))
+		l := len(r.buf)
+		r.buf = r.buf[:l+k]
+		clear(r.buf[l:])
+		n -= k
+		dst = r.run(dst, math.MaxInt64, silent)
 	}
 	return dst
 }
@@ -191,20 +216,24 @@ func (r *Resampler) Flush(dst []float32) []float32 {
 		r.buf = r.buf[:l+n]
 		clear(r.buf[l:])
 		zeros -= n
-		dst = r.run(dst, want)
+		dst = r.run(dst, want, false)
 	}
 	r.Reset()
 	return dst
 }
 
 // run appends every output whose window is in buf, up to output number limit, then moves the
-// unused history to the front of buf.
-func (r *Resampler) run(dst []float32, limit int64) []float32 {
+// unused history to the front of buf. silent: buf holds only zeros, and so do the outputs.
+func (r *Resampler) run(dst []float32, limit int64, silent bool) []float32 {
 	buf, taps, pos, p := r.buf, r.taps, r.pos, r.phase
 	coef, adv, next := r.coef, r.adv, r.next
 	n := r.nOut
 	for pos+taps <= len(buf) && n < limit {
-		dst = append(dst, dot(coef[p*taps:p*taps+taps], buf[pos:pos+taps]))
+		if silent {
+			dst = append(dst, 0)
+		} else {
+			dst = append(dst, dot(coef[p*taps:p*taps+taps], buf[pos:pos+taps]))
+		}
 		n++
 		pos += adv[p]
 		p = next[p]

@@ -249,3 +249,64 @@ func TestStandardRatesFit(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestSilenceIsProcessOfZeros: Silence gives what Process gives for a block of zeros, sample for
+// sample, whether the history is still ringing from sound before it or silent already, in any
+// chunking, and leaves the stream where Process would (the sound after it comes out the same).
+func TestSilenceIsProcessOfZeros(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, rates := range [][2]int{{48000, 16000}, {44100, 16000}, {24000, 48000}, {16000, 16000}, {8000, 16000}} {
+		viaProcess, err := NewResampler(rates[0], rates[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		viaSilence, _ := NewResampler(rates[0], rates[1])
+		var want, got []float32
+		for range 60 {
+			n := rng.IntN(3000)
+			block := make([]float32, n)
+			if rng.IntN(3) == 0 { // sound, then silence of every length
+				for i := range block {
+					block[i] = float32(rng.NormFloat64() * 0.3)
+				}
+				want = viaProcess.Process(want, block)
+				got = viaSilence.Process(got, block)
+				continue
+			}
+			want = viaProcess.Process(want, block)
+			got = viaSilence.Silence(got, n)
+		}
+		want, got = viaProcess.Flush(want), viaSilence.Flush(got)
+		if len(got) != len(want) {
+			t.Fatalf("%d → %d Hz: %d samples through Silence, %d through Process", rates[0], rates[1], len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%d → %d Hz: sample %d is %v through Silence, %v through Process", rates[0], rates[1], i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// BenchmarkResampleSilence: a second of silence at 48 kHz to 16 kHz, through Process and
+// through Silence (the speaker's record between replies).
+func BenchmarkResampleSilence(b *testing.B) {
+	zeros := make([]float32, 480)
+	for _, how := range []string{"process", "silence"} {
+		b.Run(how, func(b *testing.B) {
+			r, _ := NewResampler(48000, 16000)
+			out := make([]float32, 0, 200)
+			b.ReportAllocs()
+			for b.Loop() {
+				for range 100 {
+					if how == "process" {
+						out = r.Process(out[:0], zeros)
+					} else {
+						out = r.Silence(out[:0], len(zeros))
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms-cpu/s-audio")
+		})
+	}
+}

@@ -3,6 +3,7 @@ package audio
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -525,6 +526,51 @@ func waitFor(t *testing.T, cond func() bool) {
 	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within a minute")
+		}
+	}
+}
+
+// TestReferenceReadIsSampleBySample: read copies the ring in stretches; it gives, sample for
+// sample, what the speaker played at each index (zero before the stream, beyond a stopped
+// speaker's end and where the ring has moved on, which is also said: refGone).
+func TestReferenceReadIsSampleBySample(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		size := 1 + rng.IntN(64)
+		r := &EchoReference{buf: make([]float32, size), written: int64(rng.IntN(200)), stopped: rng.IntN(2) == 0}
+		for j := max(r.written-int64(size), 0); j < r.written; j++ {
+			r.buf[j%int64(size)] = float32(j + 1)
+		}
+		from, n := int64(rng.IntN(300))-80, rng.IntN(150)
+		dst := make([]float32, n)
+		for i := range dst {
+			dst[i] = -1 // read must overwrite every sample
+		}
+		got := r.read(dst, from)
+		want, wantState := make([]float32, n), refReady
+		if from+int64(n) > r.written && !r.stopped {
+			wantState = refPending
+		} else {
+			for i := range want {
+				switch j := from + int64(i); {
+				case j < 0 || j >= r.written:
+				case j < r.written-int64(size):
+					wantState = refGone
+				default:
+					want[i] = float32(j + 1)
+				}
+			}
+		}
+		if got != wantState {
+			t.Fatalf("ring %d, written %d, stopped %v: read(%d samples from %d) says %v, want %v", size, r.written, r.stopped, n, from, got, wantState)
+		}
+		if got == refPending {
+			continue
+		}
+		for i := range want {
+			if dst[i] != want[i] {
+				t.Fatalf("ring %d, written %d: read(%d samples from %d)[%d] = %v, want %v", size, r.written, n, from, i, dst[i], want[i])
+			}
 		}
 	}
 }

@@ -196,17 +196,21 @@ func (r *EchoReference) read(dst []float32, from int64) refState {
 	}
 	oldest := r.written - int64(len(r.buf))
 	state := refReady
-	for i := range dst {
-		j := from + int64(i)
-		switch {
-		case j < 0 || j >= r.written:
-			dst[i] = 0
-		case j < oldest:
-			dst[i], state = 0, refGone
-		default:
-			dst[i] = r.buf[j%int64(len(r.buf))]
-		}
+	// What lies outside the stream, and what the ring no longer holds, is zeros (the latter
+	// gone); the rest is copied from the ring, in at most two stretches.
+	end := from + int64(len(dst))
+	if max(from, 0) < min(end, r.written, oldest) {
+		state = refGone
 	}
+	lo, hi := max(from, oldest, 0), min(end, r.written)
+	if lo >= hi {
+		lo, hi = from, from
+	}
+	clear(dst[:lo-from])
+	for k := lo; k < hi; {
+		k += int64(copy(dst[k-from:hi-from], r.buf[k%int64(len(r.buf)):]))
+	}
+	clear(dst[hi-from:])
 	return state
 }
 
@@ -1002,9 +1006,12 @@ func (a *echoAligner) fetch(dst []float32, k int64) refState {
 			state = refGone
 		}
 		a.pos += int64(chunk)
-		if a.rs != nil {
+		switch {
+		case a.rs != nil && pipeline.PeakAbove(0, raw) == 0: // the speaker played silence
+			a.pending = a.rs.Silence(a.pending, len(raw))
+		case a.rs != nil:
 			a.pending = a.rs.Process(a.pending, raw)
-		} else {
+		default:
 			a.pending = append(a.pending, raw...)
 		}
 	}
@@ -1012,6 +1019,13 @@ func (a *echoAligner) fetch(dst []float32, k int64) refState {
 	// interpolation is a low-pass that changes with the fraction (16 dB down near the top of a
 	// 16 kHz stream's band halfway between samples), an echo path the canceller would have to
 	// learn again whenever the drift moves the fraction.
+	// Silence in, silence out: every window this frame reads is in the stream and silent.
+	if from, to := lo-pipeline.FractionalBefore-a.head, hi+1-a.head; from >= 0 && to <= int64(len(a.pending)) &&
+		pipeline.PeakAbove(0, a.pending[from:to]) == 0 {
+		clear(dst)
+		a.offset += a.offsetRate * float64(n)
+		return state
+	}
 	var edge [pipeline.FractionalTaps]float32
 	for i := range dst {
 		x := first + float64(i)*(1+a.offsetRate)
