@@ -235,6 +235,55 @@ func TestMicrophoneCleansAtTheOutputRate(t *testing.T) {
 	}
 }
 
+// TestEchoAfterTheSpeakerRested: a 48 kHz speaker that talks in bursts with long silences
+// between them, cleaned through the microphone's reader at 16 kHz. While the speaker is silent
+// its record goes to the microphone's rate without products and the canceller rests; each
+// burst after a silence is still cancelled, with no barge-in and no frame left unknown.
+func TestEchoAfterTheSpeakerRested(t *testing.T) {
+	const rate, burst, silence = 48000, 3, 4 // seconds
+	speech := signaltest.SpeechLike(rate, 3*burst*time.Second, 13)
+	played := make([]float32, 0, 3*(burst+silence)*rate)
+	for i := range 3 {
+		played = append(played, speech[i*burst*rate:(i+1)*burst*rate]...)
+		played = append(played, make([]float32, silence*rate)...)
+	}
+	g := &echoRig{rate: rate, spkBlock: 600, micBlock: 2400, micLead: 2400, outLead: 1920,
+		room: signaltest.Room(rate, 5*time.Millisecond, 0.5, 13), played: played}
+	m := newTestMic(t, rate, 1, Mixdown, 0)
+	ref := NewEchoReference()
+	m.cfg.Clean = CleanConfig{Echo: EchoAEC, Reference: ref, Processor: aec.Config{Denoise: true}}
+	if err := m.initReader(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.clean.close)
+	g.viaMic = m
+	n := len(played) - rate
+	mic48, out, _ := g.run(t, m.clean, ref, n, 0)
+	rs, _ := pipeline.NewResampler(rate, OutputRate)
+	mic := rs.Process(nil, mic48)
+	st := m.clean.counters()
+	// Each silence rests the canceller from about 2.2 s in: some 180 frames of each.
+	if st.Rested < 2*150 || st.Unknown > 0 || st.Slips != 1 {
+		t.Errorf("%+v: want the canceller resting for 300 frames or more, no unknown frame, one alignment", st)
+	}
+	for i := 1; i < 3; i++ { // the bursts after a silence, from their second second
+		from, to := (i*(burst+silence)+1)*OutputRate, (i*(burst+silence)+burst)*OutputRate
+		v := judgeEcho(mic, out, from, to, OutputRate)
+		t.Logf("burst %d: ERLE %.1f dB; per half second %v; %d barge-ins", i+1, v.erle, v.halves, v.bargeIns)
+		if v.erle < 25 || v.bargeIns > 0 {
+			t.Errorf("burst %d after %d s of silence: ERLE %.1f dB, %d barge-ins; want ≥ 25 dB, none", i+1, silence, v.erle, v.bargeIns)
+		}
+	}
+	// The silences themselves: the microphone hears only the room's tail, and nothing gets through loud.
+	for i := range 2 {
+		from, to := (i*(burst+silence)+burst+1)*OutputRate, ((i+1)*(burst+silence))*OutputRate
+		if lvl := signaltest.LevelDB(out[from:to]); lvl > -60 {
+			t.Errorf("silence %d: %.1f dBFS came out of a silent room", i+1, lvl)
+		}
+	}
+	t.Logf("%+v", st)
+}
+
 // TestMicrophoneCleanAfterAGap: when the reader falls a ring behind, the capture jumps; the
 // resampled stream ends there and a new one starts where the jump lands, so the cleaner's
 // sample indexes stay the capture's (at the output rate) and no sample is made up or lost.

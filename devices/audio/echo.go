@@ -424,6 +424,7 @@ type CleanStats struct {
 	Waited      time.Duration // how long it waited in all
 	Unknown     int64         // frames whose reference never came or was overwritten (muted)
 	Wary        int64         // frames protected because the latest timestamps hinted at a move
+	Rested      int64         // frames the canceller was left out of: the speaker silent for its filter's length and 2 s (pipeline/aec)
 }
 
 func newCleaner(cfg CleanConfig, micRate int, log *slog.Logger) (*cleaner, error) {
@@ -714,6 +715,9 @@ func (c *cleaner) counters() CleanStats {
 	s := c.stats
 	if c.align != nil {
 		s.Slips = c.align.slips
+	}
+	if c.proc != nil {
+		s.Rested = c.proc.Skipped()
 	}
 	return s
 }
