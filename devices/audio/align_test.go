@@ -201,14 +201,13 @@ func mutedAfter(end, mark CleanStats) float64 {
 	return float64(end.MutedFrames-mark.MutedFrames) / float64(max(end.Frames-mark.Frames, 1))
 }
 
-// TestMicrophoneCleansAtTheOutputRate: a 48 kHz capture is resampled to 16 kHz before the
-// echo canceller (a third of its work at 48 kHz), and the reference and the timing follow it
-// there: the echo of a 48 kHz speaker through a room is cancelled as well as at one rate,
-// with the echo placed by the converted timestamps alone.
-func TestMicrophoneCleansAtTheOutputRate(t *testing.T) {
-	const rate = 48000
-	g := &echoRig{rate: rate, spkBlock: 600, micBlock: 2400, micLead: 2400, outLead: 1920,
-		room: signaltest.Room(rate, 5*time.Millisecond, 0.5, 11), played: signaltest.SpeechLike(rate, 11*time.Second, 11)}
+// micRig is a rig at rate (the speaker's 12.5 ms buffers, the microphone's 50 ms ones) that
+// cleans through a microphone's reader, with the echo canceller and the denoiser, what a room
+// (seeded by seed) makes of played.
+func micRig(t *testing.T, rate int, played []float32, seed uint64) (*echoRig, *Microphone, *EchoReference) {
+	t.Helper()
+	g := &echoRig{rate: rate, spkBlock: rate / 80, micBlock: rate / 20, micLead: int64(rate / 20), outLead: int64(rate / 25),
+		room: signaltest.Room(rate, 5*time.Millisecond, 0.5, seed), played: played}
 	m := newTestMic(t, rate, 1, Mixdown, 0)
 	ref := NewEchoReference()
 	m.cfg.Clean = CleanConfig{Echo: EchoAEC, Reference: ref, Processor: aec.Config{Denoise: true}}
@@ -216,10 +215,20 @@ func TestMicrophoneCleansAtTheOutputRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.clean.close)
+	g.viaMic = m
+	return g, m, ref
+}
+
+// TestMicrophoneCleansAtTheOutputRate: a 48 kHz capture is resampled to 16 kHz before the
+// echo canceller (a third of its work at 48 kHz), and the reference and the timing follow it
+// there: the echo of a 48 kHz speaker through a room is cancelled as well as at one rate,
+// with the echo placed by the converted timestamps alone.
+func TestMicrophoneCleansAtTheOutputRate(t *testing.T) {
+	const rate = 48000
+	g, m, ref := micRig(t, rate, signaltest.SpeechLike(rate, 11*time.Second, 11), 11)
 	if !m.cleanAfter || m.clean.micRate != OutputRate || m.clean.proc.Rate() != OutputRate {
 		t.Fatalf("a %d Hz capture is cleaned at %d Hz, want %d", rate, m.clean.micRate, OutputRate)
 	}
-	g.viaMic = m
 	mic48, out, _ := g.run(t, m.clean, ref, 10*rate, 0)
 	if len(out) < 9*OutputRate {
 		t.Fatalf("10 s captured, %.2f s cleaned: the rest waits for a reference placed elsewhere", float64(len(out))/OutputRate)
@@ -247,16 +256,7 @@ func TestEchoAfterTheSpeakerRested(t *testing.T) {
 		played = append(played, speech[i*burst*rate:(i+1)*burst*rate]...)
 		played = append(played, make([]float32, silence*rate)...)
 	}
-	g := &echoRig{rate: rate, spkBlock: 600, micBlock: 2400, micLead: 2400, outLead: 1920,
-		room: signaltest.Room(rate, 5*time.Millisecond, 0.5, 13), played: played}
-	m := newTestMic(t, rate, 1, Mixdown, 0)
-	ref := NewEchoReference()
-	m.cfg.Clean = CleanConfig{Echo: EchoAEC, Reference: ref, Processor: aec.Config{Denoise: true}}
-	if err := m.initReader(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.clean.close)
-	g.viaMic = m
+	g, m, ref := micRig(t, rate, played, 13)
 	n := len(played) - rate
 	mic48, out, _ := g.run(t, m.clean, ref, n, 0)
 	rs, _ := pipeline.NewResampler(rate, OutputRate)
