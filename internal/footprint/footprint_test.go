@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -18,7 +19,9 @@ import (
 	"time"
 
 	"github.com/omnisat/omnisat/agent/control"
+	"github.com/omnisat/omnisat/devices/wav"
 	"github.com/omnisat/omnisat/internal/testaudio"
+	"github.com/omnisat/omnisat/pipeline"
 )
 
 // BenchmarkFootprint runs the real binary (omnisat run, built as make build builds it) as its
@@ -71,7 +74,10 @@ import (
 // paced test card of testdata/alsapaced, an ALSA plugin that plays into nothing and captures
 // silence at 48 kHz, paced by a timer once per period as a card by its interrupts),
 // audio_alsa_bare (the same with ALSA's configuration as ALSA alone installs it, none of the
-// additions other packages put in its conf.d directories: see bareALSAConfig), and
+// additions other packages put in its conf.d directories: see bareALSAConfig),
+// audio_alsa_talking (the paced card with the demo's speech as what its microphone hears, so
+// that the simulator answers and the speaker plays, as in a conversation: the other device
+// rows hear silence, as a satellite does between conversations), and
 // python_probe (not omnisat: testdata/probe/probe.py, a Python client streaming the same WAV to
 // the same simulator as the MiniCPM-o project's audio_probe.py does, the yardstick of issue 15's
 // CPU goal; measured as the floor is).
@@ -131,9 +137,11 @@ func BenchmarkFootprint(b *testing.B) {
 		{name: "audio_pulse", mode: "audio", audio: "input: default\n  output: default", camera: "none",
 			setup: func(b *testing.B) { testaudio.Start(b) }},
 		{name: "audio_alsa", mode: "audio", audio: "input: default\n  output: default", camera: "none",
-			setup: func(b *testing.B) { pacedCard(b, dir) }},
+			setup: func(b *testing.B) { pacedCard(b, dir, "") }},
 		{name: "audio_alsa_bare", mode: "audio", audio: "input: default\n  output: default", camera: "none",
-			setup: func(b *testing.B) { pacedCard(b, dir); bareALSAConfig(b, dir) }},
+			setup: func(b *testing.B) { pacedCard(b, dir, ""); bareALSAConfig(b, dir) }},
+		{name: "audio_alsa_talking", mode: "audio", audio: "input: default\n  output: default", camera: "none",
+			setup: func(b *testing.B) { pacedCard(b, dir, talkingRoom(b, dir, wavPath)) }},
 	} {
 		if !selected(fc.name) {
 			continue
@@ -418,7 +426,7 @@ func field(s, key string) int64 {
 
 // pacedCard builds the paced ALSA test card (testdata/alsapaced) and makes it the default ALSA
 // device of the processes this benchmark starts (HOME holds the .asoundrc that names it).
-func pacedCard(b *testing.B, dir string) {
+func pacedCard(b *testing.B, dir, capture string) {
 	testaudio.Require(b, "cc")
 	home := filepath.Join(dir, "alsa-home")
 	lib := filepath.Join(home, "libasound_module_pcm_paced.so")
@@ -429,12 +437,45 @@ func pacedCard(b *testing.B, dir string) {
 		"testdata/alsapaced/pcm_paced.c", "-lasound").CombinedOutput(); err != nil {
 		b.Fatalf("build the paced ALSA card (libasound2-dev): %v %s", err, out)
 	}
-	asoundrc := "pcm_type.paced { lib \"" + lib + "\" }\npcm.!default { type paced }\n"
+	card := "type paced"
+	if capture != "" {
+		card += " capture \"" + capture + "\""
+	}
+	asoundrc := "pcm_type.paced { lib \"" + lib + "\" }\npcm.!default { " + card + " }\n"
 	if err := os.WriteFile(filepath.Join(home, ".asoundrc"), []byte(asoundrc), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	b.Setenv("HOME", home)
 	b.Setenv("PULSE_SERVER", "") // removed from omnisat's environment: no sound server in the way
+}
+
+// talkingRoom writes the paced card's capture file (raw signed 16-bit mono at 48 kHz) and
+// returns its path: the WAV at wavPath, then 7 s without speech for the reply, looped, all of
+// it over a room's noise at about -60 dBFS (a microphone never hears digital silence). The
+// simulator answers the speech as it answers the file rows, so the speaker plays replies and
+// the echo canceller works on them (audio_alsa_talking).
+func talkingRoom(b *testing.B, dir, wavPath string) string {
+	a, err := wav.ReadFile(wavPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs, err := pipeline.NewResampler(a.Rate, 48000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	at48 := rs.Flush(rs.Process(nil, a.Mono()))
+	at48 = append(at48, make([]float32, 7*48000)...)
+	noise := rand.New(rand.NewPCG(15, 16))
+	raw := make([]byte, 0, 2*len(at48))
+	for _, v := range at48 {
+		v += float32(noise.NormFloat64() / 1000)
+		raw = binary.LittleEndian.AppendUint16(raw, uint16(int16(max(-1, min(v, 32767.0/32768))*32768)))
+	}
+	path := filepath.Join(dir, "talking-room.raw")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return path
 }
 
 // bareALSAConfig points ALSA (ALSA_CONFIG_PATH) at a copy of its top configuration file that

@@ -4,18 +4,22 @@
  * card is paced by its period interrupts. Its hardware pointer moves one period at a time, at
  * the wall clock's pace, and its poll descriptor (a timerfd) becomes readable once a period, so
  * PortAudio's ALSA host sees what it sees on a Raspberry Pi's card without a sound server in
- * between: one wake-up per period, buffers handed over in periods.
+ * between: one wake-up per period, buffers handed over in periods. With a capture file (raw
+ * signed 16-bit little-endian mono at 48 kHz) it captures that, looped, on every channel
+ * instead of silence: a room where someone talks, which the simulator answers.
  *
  *   cc -shared -fPIC -O2 -o libasound_module_pcm_paced.so pcm_paced.c -lasound
  *
  *   pcm_type.paced { lib "/path/libasound_module_pcm_paced.so" }
- *   pcm.!default { type paced }
+ *   pcm.!default { type paced }    or    pcm.!default { type paced capture "/path/talk.raw" }
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,7 +31,59 @@ typedef struct {
 	int timer;
 	struct timespec start;
 	int running;
+	int16_t *talk; /* the capture file's samples, NULL: silence */
+	size_t talk_n, talk_at;
 } paced_t;
+
+/* load_talk reads a capture file whole; a negative errno when it cannot. */
+static int load_talk(paced_t *p, const char *path) {
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	int err = 0;
+	if (fstat(fd, &st) < 0) {
+		err = -errno;
+	} else if (st.st_size < 2) {
+		err = -EINVAL;
+	} else if (!(p->talk = malloc(st.st_size))) {
+		err = -ENOMEM;
+	} else {
+		size_t got = 0;
+		while (got < (size_t)st.st_size) {
+			ssize_t n = read(fd, (char *)p->talk + got, st.st_size - got);
+			if (n <= 0) {
+				err = n < 0 ? -errno : -EIO;
+				break;
+			}
+			got += n;
+		}
+		p->talk_n = got / 2;
+	}
+	close(fd);
+	return err;
+}
+
+/* talk fills size frames at offset with the capture file's next samples, in the format asked. */
+static void talk(paced_t *p, const snd_pcm_channel_area_t *areas, snd_pcm_uframes_t offset, snd_pcm_uframes_t size) {
+	for (snd_pcm_uframes_t i = 0; i < size; i++) {
+		int16_t v = p->talk[p->talk_at];
+		p->talk_at = (p->talk_at + 1) % p->talk_n;
+		for (unsigned c = 0; c < p->io.channels; c++) {
+			char *dst = (char *)areas[c].addr + (areas[c].first + (offset + i) * areas[c].step) / 8;
+			switch (p->io.format) {
+			case SND_PCM_FORMAT_S16_LE:
+				*(int16_t *)dst = v;
+				break;
+			case SND_PCM_FORMAT_S32_LE:
+				*(int32_t *)dst = (int32_t)((uint32_t)(uint16_t)v << 16);
+				break;
+			default:
+				*(float *)dst = v / 32768.0f;
+			}
+		}
+	}
+}
 
 static uint64_t elapsed_frames(paced_t *p) {
 	struct timespec now;
@@ -95,7 +151,10 @@ static snd_pcm_sframes_t paced_pointer(snd_pcm_ioplug_t *io) {
 
 static snd_pcm_sframes_t paced_transfer(snd_pcm_ioplug_t *io, const snd_pcm_channel_area_t *areas,
 		snd_pcm_uframes_t offset, snd_pcm_uframes_t size) {
-	if (io->stream == SND_PCM_STREAM_CAPTURE)
+	paced_t *p = io->private_data;
+	if (io->stream == SND_PCM_STREAM_CAPTURE && p->talk)
+		talk(p, areas, offset, size);
+	else if (io->stream == SND_PCM_STREAM_CAPTURE)
 		snd_pcm_areas_silence(areas, offset, io->channels, size, io->format);
 	return size; /* playback: into nothing */
 }
@@ -119,6 +178,7 @@ static int paced_poll_revents(snd_pcm_ioplug_t *io, struct pollfd *pfd, unsigned
 static int paced_close(snd_pcm_ioplug_t *io) {
 	paced_t *p = io->private_data;
 	close(p->timer);
+	free(p->talk);
 	free(p);
 	return 0;
 }
@@ -136,6 +196,7 @@ static const snd_pcm_ioplug_callback_t paced_ops = {
 
 SND_PCM_PLUGIN_DEFINE_FUNC(paced) {
 	snd_config_iterator_t i, next;
+	const char *capture = NULL;
 	snd_config_for_each(i, next, conf) {
 		snd_config_t *n = snd_config_iterator_entry(i);
 		const char *id;
@@ -143,15 +204,27 @@ SND_PCM_PLUGIN_DEFINE_FUNC(paced) {
 			continue;
 		if (strcmp(id, "comment") == 0 || strcmp(id, "type") == 0 || strcmp(id, "hint") == 0)
 			continue;
+		if (strcmp(id, "capture") == 0 && snd_config_get_string(n, &capture) == 0)
+			continue;
 		SNDERR("paced: unknown field %s", id);
 		return -EINVAL;
 	}
 	paced_t *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
+	if (capture && stream == SND_PCM_STREAM_CAPTURE) {
+		int err = load_talk(p, capture);
+		if (err < 0) {
+			SNDERR("paced: capture file %s: %s", capture, snd_strerror(err));
+			free(p->talk);
+			free(p);
+			return err;
+		}
+	}
 	p->timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (p->timer < 0) {
 		int err = -errno;
+		free(p->talk);
 		free(p);
 		return err;
 	}
@@ -165,6 +238,7 @@ SND_PCM_PLUGIN_DEFINE_FUNC(paced) {
 	int err = snd_pcm_ioplug_create(&p->io, name, stream, mode);
 	if (err < 0) {
 		close(p->timer);
+		free(p->talk);
 		free(p);
 		return err;
 	}
