@@ -189,14 +189,20 @@ func (r *Resampler) Silence(dst []float32, n int) []float32 {
 		return dst
 	}
 	r.nIn += int64(n)
-	for n > 0 {
+	return r.zeros(dst, n, math.MaxInt64)
+}
+
+// zeros feeds n zeros into the history and appends their outputs, up to output number limit.
+// While the history before them is silent, the outputs are zeros and no product is computed.
+func (r *Resampler) zeros(dst []float32, n int, limit int64) []float32 {
+	for n > 0 && r.nOut < limit {
 		silent := PeakAbove(0, r.buf) == 0 // false for a NaN: the products decide then
 		k := min(n, cap(r.buf)-len(r.buf))
 		l := len(r.buf)
 		r.buf = r.buf[:l+k]
 		clear(r.buf[l:])
 		n -= k
-		dst = r.run(dst, math.MaxInt64, silent)
+		dst = r.run(dst, limit, silent)
 	}
 	return dst
 }
@@ -210,14 +216,7 @@ func (r *Resampler) Flush(dst []float32) []float32 {
 	// Outputs at times before the end of the input: j·down/up < nIn.
 	want := (r.nIn*int64(r.up) + int64(r.down) - 1) / int64(r.down)
 	// delay zeros complete the window of every such output.
-	for zeros := r.delay; zeros > 0 && r.nOut < want; {
-		n := min(zeros, cap(r.buf)-len(r.buf))
-		l := len(r.buf)
-		r.buf = r.buf[:l+n]
-		clear(r.buf[l:])
-		zeros -= n
-		dst = r.run(dst, want, false)
-	}
+	dst = r.zeros(dst, r.delay, want)
 	r.Reset()
 	return dst
 }

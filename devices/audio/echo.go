@@ -1019,10 +1019,6 @@ func (a *echoAligner) fetch(dst []float32, k int64) refState {
 			a.pending = append(a.pending, raw...)
 		}
 	}
-	// Between samples the reference is read with a windowed sinc, not a straight line: linear
-	// interpolation is a low-pass that changes with the fraction (16 dB down near the top of a
-	// 16 kHz stream's band halfway between samples), an echo path the canceller would have to
-	// learn again whenever the drift moves the fraction.
 	// Silence in, silence out: every window this frame reads is in the stream and silent.
 	if from, to := lo-pipeline.FractionalBefore-a.head, hi+1-a.head; from >= 0 && to <= int64(len(a.pending)) &&
 		pipeline.PeakAbove(0, a.pending[from:to]) == 0 {
@@ -1030,6 +1026,10 @@ func (a *echoAligner) fetch(dst []float32, k int64) refState {
 		a.offset += a.offsetRate * float64(n)
 		return state
 	}
+	// Between samples the reference is read with a windowed sinc, not a straight line: linear
+	// interpolation is a low-pass that changes with the fraction (16 dB down near the top of a
+	// 16 kHz stream's band halfway between samples), an echo path the canceller would have to
+	// learn again whenever the drift moves the fraction.
 	var edge [pipeline.FractionalTaps]float32
 	for i := range dst {
 		x := first + float64(i)*(1+a.offsetRate)

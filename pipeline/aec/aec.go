@@ -65,10 +65,10 @@ static void echo_ir(SpeexEchoState *st, spx_int32_t *ir) {
 // zero, and its output is the microphone through its DC notch (its pre-emphasis and
 // de-emphasis cancel out): quiet computes that notch itself, which costs next to nothing
 // against the canceller's transforms (two thirds of the cleaning's CPU; a kiosk's speaker is
-// silent most of the time). Its notch runs on
-// every frame, so it always holds speexdsp's notch state; the last skipped frames are kept and
-// fed to the canceller before it runs again, so that its own notch and emphasis memories
-// (which forget within a few frames) are what they would have been.
+// silent most of the time). Its notch runs on every frame, so it always holds speexdsp's notch
+// state; the last skipped frames are kept and fed to the canceller before it runs again, so
+// that its own notch and emphasis memories (which forget within a few frames) are what they
+// would have been.
 enum { quiet_replay = 6 };
 typedef struct {
 	int frame;
