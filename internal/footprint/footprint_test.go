@@ -466,10 +466,12 @@ func talkingRoom(b *testing.B, dir, wavPath string) string {
 	at48 := rs.Flush(rs.Process(nil, a.Mono()))
 	at48 = append(at48, make([]float32, 7*48000)...)
 	noise := rand.New(rand.NewPCG(15, 16))
+	for i := range at48 {
+		at48[i] += float32(noise.NormFloat64() / 1000)
+	}
 	raw := make([]byte, 0, 2*len(at48))
-	for _, v := range at48 {
-		v += float32(noise.NormFloat64() / 1000)
-		raw = binary.LittleEndian.AppendUint16(raw, uint16(int16(max(-1, min(v, 32767.0/32768))*32768)))
+	for _, v := range pipeline.Float32ToInt16(nil, at48) {
+		raw = binary.LittleEndian.AppendUint16(raw, uint16(v))
 	}
 	path := filepath.Join(dir, "talking-room.raw")
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
