@@ -8,7 +8,7 @@
  * signed 16-bit little-endian mono at 48 kHz) it captures that, looped, on every channel
  * instead of silence: a room where someone talks, which the simulator answers.
  *
- *   cc -shared -fPIC -O2 -o libasound_module_pcm_paced.so pcm_paced.c -lasound
+ *   cc -shared -fPIC -DPIC -O2 -o libasound_module_pcm_paced.so pcm_paced.c -lasound
  *
  *   pcm_type.paced { lib "/path/libasound_module_pcm_paced.so" }
  *   pcm.!default { type paced }    or    pcm.!default { type paced capture "/path/talk.raw" }
@@ -31,44 +31,49 @@ typedef struct {
 	int timer;
 	struct timespec start;
 	int running;
-	int16_t *talk; /* the capture file's samples, NULL: silence */
-	size_t talk_n, talk_at;
+	/* The capture file (-1: silence), read a block at a time as a card's DMA fills a small
+	 * ring: holding the whole file would charge the process measured with the test card's
+	 * memory. */
+	int talk_fd;
+	size_t talk_n, talk_at; /* samples in the file, the next one to capture */
+	int16_t block[1024];
+	size_t block_at, block_n; /* the next sample in block, samples read into it */
 } paced_t;
 
-/* load_talk reads a capture file whole; a negative errno when it cannot. */
-static int load_talk(paced_t *p, const char *path) {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+/* open_talk opens a capture file; a negative errno when it cannot. */
+static int open_talk(paced_t *p, const char *path) {
+	p->talk_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (p->talk_fd < 0)
 		return -errno;
 	struct stat st;
-	int err = 0;
-	if (fstat(fd, &st) < 0) {
-		err = -errno;
-	} else if (st.st_size < 2) {
-		err = -EINVAL;
-	} else if (!(p->talk = malloc(st.st_size))) {
-		err = -ENOMEM;
-	} else {
-		size_t got = 0;
-		while (got < (size_t)st.st_size) {
-			ssize_t n = read(fd, (char *)p->talk + got, st.st_size - got);
-			if (n <= 0) {
-				err = n < 0 ? -errno : -EIO;
-				break;
-			}
-			got += n;
-		}
-		p->talk_n = got / 2;
+	if (fstat(p->talk_fd, &st) < 0)
+		return -errno;
+	if (st.st_size < 2)
+		return -EINVAL;
+	p->talk_n = st.st_size / 2;
+	return 0;
+}
+
+/* next_talk is the capture file's next sample, looping; silence if the file cannot be read. */
+static int16_t next_talk(paced_t *p) {
+	if (p->block_at == p->block_n) {
+		size_t want = p->talk_n - p->talk_at;
+		if (want > sizeof p->block / sizeof p->block[0])
+			want = sizeof p->block / sizeof p->block[0];
+		ssize_t n = pread(p->talk_fd, p->block, want * 2, (off_t)p->talk_at * 2);
+		if (n < 2)
+			return 0;
+		p->block_at = 0;
+		p->block_n = n / 2;
+		p->talk_at = (p->talk_at + p->block_n) % p->talk_n;
 	}
-	close(fd);
-	return err;
+	return p->block[p->block_at++];
 }
 
 /* talk fills size frames at offset with the capture file's next samples, in the format asked. */
 static void talk(paced_t *p, const snd_pcm_channel_area_t *areas, snd_pcm_uframes_t offset, snd_pcm_uframes_t size) {
 	for (snd_pcm_uframes_t i = 0; i < size; i++) {
-		int16_t v = p->talk[p->talk_at];
-		p->talk_at = (p->talk_at + 1) % p->talk_n;
+		int16_t v = next_talk(p);
 		for (unsigned c = 0; c < p->io.channels; c++) {
 			char *dst = (char *)areas[c].addr + (areas[c].first + (offset + i) * areas[c].step) / 8;
 			switch (p->io.format) {
@@ -152,7 +157,7 @@ static snd_pcm_sframes_t paced_pointer(snd_pcm_ioplug_t *io) {
 static snd_pcm_sframes_t paced_transfer(snd_pcm_ioplug_t *io, const snd_pcm_channel_area_t *areas,
 		snd_pcm_uframes_t offset, snd_pcm_uframes_t size) {
 	paced_t *p = io->private_data;
-	if (io->stream == SND_PCM_STREAM_CAPTURE && p->talk)
+	if (io->stream == SND_PCM_STREAM_CAPTURE && p->talk_fd >= 0)
 		talk(p, areas, offset, size);
 	else if (io->stream == SND_PCM_STREAM_CAPTURE)
 		snd_pcm_areas_silence(areas, offset, io->channels, size, io->format);
@@ -175,11 +180,17 @@ static int paced_poll_revents(snd_pcm_ioplug_t *io, struct pollfd *pfd, unsigned
 	return 0;
 }
 
-static int paced_close(snd_pcm_ioplug_t *io) {
-	paced_t *p = io->private_data;
-	close(p->timer);
-	free(p->talk);
+/* paced_free closes what p holds and frees it. */
+static void paced_free(paced_t *p) {
+	if (p->timer >= 0)
+		close(p->timer);
+	if (p->talk_fd >= 0)
+		close(p->talk_fd);
 	free(p);
+}
+
+static int paced_close(snd_pcm_ioplug_t *io) {
+	paced_free(io->private_data);
 	return 0;
 }
 
@@ -212,20 +223,19 @@ SND_PCM_PLUGIN_DEFINE_FUNC(paced) {
 	paced_t *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
+	p->timer = p->talk_fd = -1;
 	if (capture && stream == SND_PCM_STREAM_CAPTURE) {
-		int err = load_talk(p, capture);
+		int err = open_talk(p, capture);
 		if (err < 0) {
 			SNDERR("paced: capture file %s: %s", capture, snd_strerror(err));
-			free(p->talk);
-			free(p);
+			paced_free(p);
 			return err;
 		}
 	}
 	p->timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (p->timer < 0) {
 		int err = -errno;
-		free(p->talk);
-		free(p);
+		paced_free(p);
 		return err;
 	}
 	p->io.version = SND_PCM_IOPLUG_VERSION;
@@ -237,9 +247,7 @@ SND_PCM_PLUGIN_DEFINE_FUNC(paced) {
 	p->io.poll_events = POLLIN;
 	int err = snd_pcm_ioplug_create(&p->io, name, stream, mode);
 	if (err < 0) {
-		close(p->timer);
-		free(p->talk);
-		free(p);
+		paced_free(p);
 		return err;
 	}
 	static const unsigned int access[] = {SND_PCM_ACCESS_RW_INTERLEAVED};
