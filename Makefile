@@ -13,11 +13,13 @@ deps:
 	@scripts/deps.sh all
 
 ## build: omnisat, its camera program omnisat-camera (the only one with OpenCV; omnisat finds
-## it beside itself) and the light omnisat-ctl client in bin/
+## it beside itself), its simulator program omnisat-simulator (omnisat simulate, run
+## --simulator) and the light omnisat-ctl client in bin/
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/omnisat
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-camera ./cmd/omnisat-camera
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-ctl ./cmd/omnisat-ctl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-simulator ./cmd/omnisat-simulator
 
 ## test: formatting, vet, all tests with -race, and a short fuzz run per decoder
 test:

@@ -147,15 +147,16 @@ func BenchmarkRolloverGap(b *testing.B) {
 	}
 }
 
-// startSimulatorProcess builds omnisat and runs `omnisat simulate` as a child process.
+// startSimulatorProcess builds the simulator program (what `omnisat simulate` runs) and runs it
+// as a child process.
 func startSimulatorProcess(b *testing.B, args ...string) string {
 	b.Helper()
-	bin := filepath.Join(b.TempDir(), "omnisat")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/omnisat")
+	bin := filepath.Join(b.TempDir(), "omnisat-simulator")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/omnisat-simulator")
 	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build omnisat: %v\n%s", err, out)
+		b.Fatalf("build omnisat-simulator: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, append([]string{"simulate", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

@@ -44,7 +44,7 @@ for arch in "${arches[@]}"; do
 	echo "package: building omnisat $version for $arch"
 	# Stripped, with the package version stamped in (omnisat version prints it); omnisat and the
 	# camera program omnisat-camera (the only one that links OpenCV) are PIEs (they link C
-	# libraries anyway), omnisat-ctl stays a static pure-Go binary.
+	# libraries anyway), omnisat-ctl and the simulator program stay static pure-Go binaries.
 	ldflags="-s -w -X main.version=$version"
 	# Debian's hardening for the C and C++ parts: fortified libc calls, stack protector,
 	# read-only relocations bound at start.
@@ -54,6 +54,9 @@ for arch in "${arches[@]}"; do
 			go build -trimpath -buildmode=pie -ldflags "$ldflags -extldflags '-Wl,-z,relro,-z,now'" -o "$bindir/$prog" "./cmd/$prog"
 	done
 	env "${cross[@]}" CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bindir/omnisat-ctl" ./cmd/omnisat-ctl
+	# The model server simulator (omnisat simulate, omnisat run --simulator), static pure Go too:
+	# kept out of omnisat so that a satellite does not map its code.
+	env "${cross[@]}" CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bindir/omnisat-simulator" ./cmd/omnisat-simulator
 	for page in omnisat omnisat-ctl; do
 		gzip -9n <"packaging/man/$page.1" >"$bindir/$page.1.gz"
 	done

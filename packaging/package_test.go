@@ -118,6 +118,7 @@ func TestAmd64PackageFiles(t *testing.T) {
 		{"usr/bin/omnisat", 0o755},
 		{"usr/bin/omnisat-ctl", 0o755},
 		{"usr/libexec/omnisat/omnisat-camera", 0o755},
+		{"usr/libexec/omnisat/omnisat-simulator", 0o755},
 		{"lib/systemd/system/omnisat.service", 0o644},
 		{"etc/omnisat/omnisat.yaml", 0o644}, // root:omnisat 0640 comes from postinst's statoverride
 		{"usr/share/doc/omnisat/copyright", 0o644},
@@ -470,6 +471,8 @@ func TestInstallIntoScratchSystem(t *testing.T) {
 	}
 	// The camera program starts on the libraries Depends brought (OpenCV's loaded at start).
 	in("/usr/libexec/omnisat/omnisat-camera", "-h")
+	// omnisat finds its simulator program in /usr/libexec/omnisat.
+	in("/usr/bin/omnisat", "simulate", "-h")
 	if id := in("id", "omnisat"); !strings.Contains(id, "(audio)") || !strings.Contains(id, "(video)") || !strings.Contains(id, "groups=") {
 		t.Errorf("omnisat user: %s", id)
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -73,41 +71,14 @@ func resolveCamera(c cameraSection) (source, why string) {
 // joins when it is ready.
 const cameraStartWait = 15 * time.Second
 
-// cameraProgramName is the camera's own program (cmd/omnisat-camera): OpenCV lives there only.
-const cameraProgramName = "omnisat-camera"
-
-// findCameraProgram finds the camera program: $OMNISAT_CAMERA_PROGRAM, else next to this
-// binary (a build tree: bin/omnisat and bin/omnisat-camera), else ../libexec/omnisat/ from it
-// (the package: /usr/bin/omnisat and /usr/libexec/omnisat/omnisat-camera, FHS 3.0's place
-// for a program that other programs run).
-func findCameraProgram() (string, error) {
-	if p := os.Getenv("OMNISAT_CAMERA_PROGRAM"); p != "" {
-		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
-			return "", fmt.Errorf("the camera program OMNISAT_CAMERA_PROGRAM=%s is not there", p)
-		}
-		return p, nil
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("find the camera program: %w", err)
-	}
-	return cameraProgramBeside(exe)
+// cameraProgram is the camera's own program (cmd/omnisat-camera): OpenCV lives there only.
+func cameraProgram() helperProgram {
+	return helperProgram{name: "omnisat-camera", env: "OMNISAT_CAMERA_PROGRAM", what: "the camera program", neededBy: "camera.source is set"}
 }
 
-// cameraProgramBeside finds the camera program where it is installed relative to exe.
-func cameraProgramBeside(exe string) (string, error) {
-	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = resolved
-	}
-	dir := filepath.Dir(exe)
-	tried := []string{filepath.Join(dir, cameraProgramName), filepath.Join(dir, "..", "libexec", "omnisat", cameraProgramName)}
-	for _, p := range tried {
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-			return filepath.Clean(p), nil
-		}
-	}
-	return "", fmt.Errorf("camera.source is set, but the camera program %s is not installed (looked for %s)",
-		cameraProgramName, strings.Join(tried, ", "))
+// findCameraProgram finds the camera program (see findProgram).
+func findCameraProgram() (string, error) {
+	return findProgram(cameraProgram())
 }
 
 // openCamera opens what the section asks for; nil with no error means no camera. A camera

@@ -25,15 +25,15 @@ func needTool(t testing.TB, name string) {
 	}
 }
 
-// buildCameraProgram builds the camera program (cmd/omnisat-camera) and points omnisat at it
-// for the rest of the test.
-func buildCameraProgram(t *testing.T) {
+// buildProgram builds one of omnisat's helper programs (cmd/NAME) and points omnisat at it for
+// the rest of the test.
+func buildProgram(t *testing.T, p helperProgram) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "omnisat-camera")
-	if out, err := exec.Command("go", "build", "-o", bin, "../omnisat-camera").CombinedOutput(); err != nil {
-		t.Fatalf("build omnisat-camera: %v\n%s", err, out)
+	bin := filepath.Join(t.TempDir(), p.name)
+	if out, err := exec.Command("go", "build", "-o", bin, "../"+p.name).CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", p.name, err, out)
 	}
-	t.Setenv("OMNISAT_CAMERA_PROGRAM", bin)
+	t.Setenv(p.env, bin)
 }
 
 // runVideoAgent runs `omnisat run` in this process in video mode on the demo WAV with camera
@@ -78,7 +78,7 @@ camera:
 // decodable JPEG of the configured size and quality per chunk.
 func TestRunWithVideoFileCamera(t *testing.T) {
 	needTool(t, "ffmpeg")
-	buildCameraProgram(t)
+	buildProgram(t, cameraProgram())
 	dir := t.TempDir()
 	video := filepath.Join(dir, "cam.mp4")
 	if out, err := exec.Command("ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=640x480:rate=30",
@@ -204,13 +204,13 @@ func TestCameraProgramBeside(t *testing.T) {
 		"usr/bin/omnisat": "usr/libexec/omnisat/omnisat-camera",
 		"links/omnisat":   "usr/libexec/omnisat/omnisat-camera",
 	} {
-		got, err := cameraProgramBeside(filepath.Join(root, exe))
+		got, err := programBeside(cameraProgram(), filepath.Join(root, exe))
 		if wantPath, _ := filepath.EvalSymlinks(filepath.Join(root, want)); err != nil || got != wantPath {
 			t.Errorf("%s: %q %v, want %q", exe, got, err, wantPath)
 		}
 	}
 	os.Remove(filepath.Join(root, "usr/libexec/omnisat/omnisat-camera"))
-	if _, err := cameraProgramBeside(filepath.Join(root, "usr/bin/omnisat")); err == nil || !strings.Contains(err.Error(), "not installed") ||
+	if _, err := programBeside(cameraProgram(), filepath.Join(root, "usr/bin/omnisat")); err == nil || !strings.Contains(err.Error(), "not installed") ||
 		!strings.Contains(err.Error(), "libexec/omnisat/omnisat-camera") {
 		t.Errorf("missing program: %v", err)
 	}

@@ -88,6 +88,7 @@ func TestJournalLogLines(t *testing.T) {
 // The real binary under a JOURNAL_STREAM that names its stderr: log lines carry priorities and
 // no time, event lines no time either; the same run outside the journal keeps its times.
 func TestRunWritesForTheJournal(t *testing.T) {
+	buildProgram(t, simulatorProgram())
 	bin := buildOmnisat(t)
 	cfg := writeSpeechFileConfig(t, t.TempDir(), "log:\n  level: debug\n")
 	runLogged := func(journal bool) string {
@@ -145,6 +146,7 @@ func TestRunWritesForTheJournal(t *testing.T) {
 }
 
 func TestRunLogFormatFlag(t *testing.T) {
+	buildProgram(t, simulatorProgram())
 	if code, _, stderr := runCLI(t, "run", "--log-format", "xml", "-c", "../../configs/demo/demo.yaml"); code != exitUsage ||
 		!strings.Contains(stderr, `--log-format: "xml" is not one of text, json`) {
 		t.Errorf("--log-format xml: exit %d %q", code, stderr)

@@ -29,6 +29,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestUsage(t *testing.T) {
+	buildProgram(t, simulatorProgram())
 	for _, tt := range []struct {
 		args []string
 		code int
@@ -137,6 +138,7 @@ func TestChatFailures(t *testing.T) {
 
 // omnisat run --simulator on the demo configuration, driven by omnisat ctl.
 func TestRunAndCtl(t *testing.T) {
+	buildProgram(t, simulatorProgram())
 	state := t.TempDir()
 	var out, errb syncBuffer
 	env := &cliEnv{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
@@ -198,6 +200,51 @@ func TestRunAndCtl(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("control socket left behind: %v", err)
+	}
+	if pids := processesRunning(t, os.Getenv("OMNISAT_SIMULATOR_PROGRAM")); len(pids) > 0 {
+		t.Errorf("the simulator program still runs after run returned: pids %v", pids)
+	}
+}
+
+// processesRunning lists the processes whose executable is program.
+func processesRunning(t *testing.T, program string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, e := range entries {
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == program {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
+
+// Without its simulator program, or with one that does not say where it listens, simulate and
+// run --simulator say so and fail (exit 1) instead of hanging.
+func TestSimulatorProgramFaults(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("OMNISAT_SIMULATOR_PROGRAM", filepath.Join(dir, "missing"))
+	for _, args := range [][]string{{"simulate"}, {"run", "--simulator", "-c", "../../configs/demo/demo.yaml", "--state-dir", dir}} {
+		if code, _, stderr := runCLI(t, args...); code != exitFailure || !strings.Contains(stderr, "the simulator program OMNISAT_SIMULATOR_PROGRAM=") {
+			t.Errorf("%v without the program: exit %d, %q", args, code, stderr)
+		}
+	}
+	chatty := filepath.Join(dir, "chatty")
+	if err := os.WriteFile(chatty, []byte("#!/bin/sh\necho hello\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OMNISAT_SIMULATOR_PROGRAM", chatty)
+	began := time.Now()
+	code, _, stderr := runCLI(t, "run", "--simulator", "-c", "../../configs/demo/demo.yaml", "--state-dir", dir)
+	if code != exitFailure || !strings.Contains(stderr, `the simulator said "hello", not its URL`) {
+		t.Errorf("a program that gives no URL: exit %d, %q", code, stderr)
+	}
+	// It was stopped, not waited out.
+	if took := time.Since(began); took > 50*time.Second {
+		t.Errorf("run took %v to give up on it", took)
 	}
 }
 

@@ -73,6 +73,7 @@ func TestRunGCPercent(t *testing.T) {
 // microphone, no speaker and no camera.
 func runOnDemoWAV(t *testing.T, bin string) (logs *syncBuffer, stop func()) {
 	t.Helper()
+	buildProgram(t, simulatorProgram())
 	wav, err := filepath.Abs("../../configs/demo/hello.wav")
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/omnisat/omnisat/agent/control"
-	"github.com/omnisat/omnisat/realtime/realtimetest"
 	"github.com/omnisat/omnisat/satellite"
 )
 
@@ -55,10 +54,9 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		log.Warn("config: " + w)
 	}
 
-	var sim *realtimetest.Server
+	var sim *simulatorChild
 	if *simulator {
-		sim, err = realtimetest.Listen("127.0.0.1:0", realtimetest.Options{Dialect: realtimetest.Dialect(cfg.Server.Dialect), Workers: 2,
-			Logger: log.With("component", "simulator")})
+		sim, err = startSimulator(string(cfg.Server.Dialect), log)
 		if err != nil {
 			release()
 			return fail(exitFailure, "%v", err)
@@ -162,7 +160,7 @@ func startExitCode(err error) int {
 }
 
 // useSimulator points the server settings at the built-in simulator.
-func useSimulator(cfg *fileConfig, sim *realtimetest.Server) {
+func useSimulator(cfg *fileConfig, sim *simulatorChild) {
 	cfg.Server.URL = sim.URL()
 	if cfg.Server.ChatURL != "" {
 		cfg.Server.ChatURL = sim.URL()

@@ -186,6 +186,7 @@ func TestServiceWithoutSystemd(t *testing.T) {
 
 // status finds the agent through the configuration's control socket and tells what it does.
 func TestServiceStatusAsksTheAgent(t *testing.T) {
+	buildProgram(t, simulatorProgram())
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "agent.sock")
 	cfg := writeSpeechFileConfig(t, dir, "control:\n  socket: "+sock+"\nlog:\n  level: warn\n")

@@ -1,87 +1,148 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
-
-	"github.com/omnisat/omnisat/realtime/realtimetest"
+	"sync"
+	"syscall"
+	"time"
 )
 
-func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
-	fs := newFlagSet("simulate", env, "")
-	listen := fs.String("listen", "127.0.0.1:8765", "address to listen on (port 0 picks a free one)")
-	dialect := fs.String("dialect", "current", "dialect to speak: current, legacy or openvoice")
-	var o realtimetest.Options
-	fs.IntVar(&o.Workers, "workers", 1, "sessions served at once; more clients wait in the queue")
-	fs.IntVar(&o.MaxQueue, "max-queue", 8, "clients allowed to wait; beyond that: queue_full and close 1013 (-1: none may wait)")
-	fs.DurationVar(&o.QueueUpdateInterval, "queue-update", 0, "session.queue_update period (default 3s)")
-	fs.DurationVar(&o.VideoLimit, "video-limit", 0, "mode=video session limit from worker assignment (default 300s)")
-	fs.DurationVar(&o.AudioLimit, "audio-limit", 0, "mode=audio session limit from worker assignment (default 600s)")
-	fs.IntVar(&o.ContextLimit, "context-limit", 0, "kv cache limit in tokens (default 8192)")
-	fs.IntVar(&o.TokensPerAudioSecond, "tokens-per-second", 0, "kv cache growth per second of audio (default 25)")
-	fs.DurationVar(&o.StepDelay, "step-delay", 0, "simulated model time per step (a slow GPU takes ~1s per 1s chunk)")
-	fs.BoolVar(&o.ChatDisabled, "chat-disabled", false, "refuse mode=chat with close 1008")
-	fs.IntVar(&o.OpenVoiceTTSRate, "tts-rate", 0, "OpenVoice TTS audio sample rate (default 24000)")
-	models := fs.String("models", "", "OpenVoice: comma-separated STT models the server knows; any other is refused with model_not_found (default: any)")
-	ttsModels := fs.String("tts-models", "", "OpenVoice: comma-separated TTS models the server knows; tts.speak under another model_tts gets only an error (default: any)")
-	fs.DurationVar(&o.OpenVoiceInactivity, "inactivity", 0, "OpenVoice: end a session that sends no audio for this long (default 60s)")
-	fs.Float64Var(&o.OpenVoiceSynthesisSpeed, "synthesis-speed", 0, "OpenVoice: seconds of TTS audio produced per second (default 4)")
-	var quirks stringList
-	fs.Var(&quirks, "quirk", "play a quirk of real current-dialect deployments (repeatable): "+strings.Join(realtimetest.Quirks, ", "))
-	fs.BoolVar(&o.LateQueueLeave, "late-queue-leave", false, "play the real gateway's queue: updates only on the --queue-update timer, a queued client's disconnect noticed only at its next update, a worker handed to a gone client lost (jammed)")
-	var faults stringList
-	fs.Var(&faults, "fault", "arm a fault (repeatable): drop, stall, invalid-json, oversize, bad-delta, close, refuse, backend-error, stall-init, error; options after ':' e.g. close:reason=timeout,delay=100ms, close:keep-open=true, refuse:count=2,code=queue_full, backend-error:count=3, error:code=session_failed,after=2")
-	verbose := fs.Bool("v", false, "log every connection and protocol violation")
-	if code, done := parseFlags(fs, args); done {
-		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.stderr, "omnisat simulate: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
-	o.Dialect = realtimetest.Dialect(*dialect)
-	o.Models, o.TTSModels = splitList(*models), splitList(*ttsModels)
-	for _, q := range quirks {
-		if err := o.SetQuirk(q); err != nil {
-			fmt.Fprintf(env.stderr, "omnisat simulate: --quirk: %v\n", err)
-			return exitUsage
-		}
-	}
-	for _, spec := range faults {
-		f, err := realtimetest.ParseFault(spec)
-		if err != nil {
-			fmt.Fprintf(env.stderr, "omnisat simulate: --fault: %v\n", err)
-			return exitUsage
-		}
-		o.Faults = append(o.Faults, f)
-	}
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	o.Logger = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
-
-	srv, err := realtimetest.Listen(*listen, o)
-	if err != nil {
-		fmt.Fprintf(env.stderr, "omnisat simulate: %v\n", err)
-		return exitUsage
-	}
-	// The URL goes to stdout alone on a line so scripts can read it.
-	fmt.Fprintf(env.stdout, "simulator (%s dialect) listening on %s\n", o.Dialect, srv.URL())
-	<-ctx.Done()
-	srv.Close()
-	return exitOK
+// simulatorProgram is the model server simulator's own program (cmd/omnisat-simulator).
+func simulatorProgram() helperProgram {
+	return helperProgram{name: "omnisat-simulator", env: "OMNISAT_SIMULATOR_PROGRAM", what: "the simulator program",
+		neededBy: "the simulator was asked for"}
 }
 
-// splitList splits a comma-separated flag value, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, m := range strings.Split(s, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			out = append(out, m)
+const (
+	// simulatorStartWait bounds how long run --simulator waits for the simulator's URL.
+	simulatorStartWait = 30 * time.Second
+	// simulatorStopWait is how long a simulator told to stop may take before it is killed.
+	simulatorStopWait = 5 * time.Second
+)
+
+// runSimulate is `omnisat simulate`: the simulator program with the same arguments and
+// streams, stopped with SIGINT when omnisat is; its exit code is omnisat's.
+func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
+	program, err := findProgram(simulatorProgram())
+	if err != nil {
+		fmt.Fprintf(env.stderr, "omnisat simulate: %v\n", err)
+		return exitFailure
+	}
+	cmd := exec.CommandContext(ctx, program, args...)
+	cmd.Stdout, cmd.Stderr = env.stdout, env.stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = simulatorStopWait
+	stopWithParent(cmd)
+	err = cmd.Run()
+	if st := cmd.ProcessState; st != nil && st.Exited() {
+		return st.ExitCode() // stopped as asked (0), or its own failure, already said
+	}
+	fmt.Fprintf(env.stderr, "omnisat simulate: %v\n", err)
+	return exitFailure
+}
+
+// simulatorChild is the simulator program serving `omnisat run --simulator`.
+type simulatorChild struct {
+	cmd    *exec.Cmd
+	url    string
+	logged sync.WaitGroup // the goroutine passing its log on
+}
+
+// startSimulator starts the simulator program on a free port of the loopback, speaking
+// dialect, and waits for its URL. Its log lines go to log as warnings.
+func startSimulator(dialect string, log *slog.Logger) (*simulatorChild, error) {
+	program, err := findProgram(simulatorProgram())
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(program, "--listen", "127.0.0.1:0", "--dialect", dialect, "--workers", "2")
+	stopWithParent(cmd)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the simulator: %w", err)
+	}
+	s := &simulatorChild{cmd: cmd}
+	s.logged.Add(2)
+	go func() {
+		defer s.logged.Done()
+		forwardLines(stderr, func(line string) { log.Warn("simulator: " + line) })
+	}()
+	lines := make(chan string, 1)
+	go func() {
+		defer s.logged.Done()
+		forwardLines(stdout, func(line string) {
+			select {
+			case lines <- line:
+			default:
+			}
+		})
+	}()
+	timeout := time.NewTimer(simulatorStartWait)
+	defer timeout.Stop()
+	select {
+	case line := <-lines:
+		fields := strings.Fields(line)
+		if len(fields) > 0 && strings.HasPrefix(fields[len(fields)-1], "ws://") {
+			s.url = fields[len(fields)-1]
+			return s, nil
+		}
+		err = fmt.Errorf("the simulator said %q, not its URL", line)
+	case <-timeout.C:
+		err = fmt.Errorf("the simulator gave no URL within %v", simulatorStartWait)
+	}
+	s.Close()
+	return nil, err
+}
+
+// URL is where the simulator listens.
+func (s *simulatorChild) URL() string { return s.url }
+
+// Close stops the simulator (SIGINT, then SIGKILL after simulatorStopWait) and waits for it.
+func (s *simulatorChild) Close() error {
+	s.cmd.Process.Signal(os.Interrupt)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		s.logged.Wait() // both pipes at their end: the program has exited (or closed them)
+	}()
+	t := time.NewTimer(simulatorStopWait)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		s.cmd.Process.Signal(syscall.SIGKILL)
+		<-stopped
+	}
+	return s.cmd.Wait()
+}
+
+// forwardLines calls each with every line r gives until it ends; lines are cut at 4 KiB.
+func forwardLines(r io.Reader, each func(string)) {
+	br := bufio.NewReaderSize(r, 4096)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			each(strings.TrimRight(strings.ToValidUTF8(string(line), "?"), "\r\n"))
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			return
 		}
 	}
-	return out
 }

@@ -25,7 +25,7 @@ import (
 )
 
 // BenchmarkFootprint runs the real binary (omnisat run, built as make build builds it) as its
-// own process against the simulator in another process (testdata/simulator: a static pure-Go
+// own process against the simulator in another process (cmd/omnisat-simulator built as a static pure-Go
 // program, so the two share no binary and no library), once for a short and once for a long
 // stretch of streaming, and reports
 //
@@ -205,16 +205,17 @@ func buildPrograms(b *testing.B, dir string) string {
 	return filepath.Join(dir, "omnisat")
 }
 
-// startSimulator runs testdata/simulator (omnisat simulate as a static pure-Go program) and
+// startSimulator runs the simulator program (cmd/omnisat-simulator, what omnisat simulate runs)
+// built as a static pure-Go program, so that it shares no library with the omnisat measured, and
 // returns its URL.
 func startSimulator(b *testing.B, dir string) string {
 	bin := filepath.Join(dir, "simulator")
-	build := exec.Command("go", "build", "-o", bin, "./testdata/simulator")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/omnisat-simulator")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build the simulator: %v %s", err, out)
 	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--workers", "2")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
