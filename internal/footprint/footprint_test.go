@@ -25,9 +25,9 @@ import (
 )
 
 // BenchmarkFootprint runs the real binary (omnisat run, built as make build builds it) as its
-// own process against the simulator in another process (cmd/omnisat-simulator built as a static pure-Go
-// program, so the two share no binary and no library), once for a short and once for a long
-// stretch of streaming, and reports
+// own process against the simulator in another process (cmd/omnisat-simulator built as a
+// static pure-Go program, so the two share no binary and no library), once for a short and
+// once for a long stretch of streaming, and reports
 //
 //   - cpu-ms/s: CPU of the omnisat process and its camera program (wait4's rusage: user +
 //     system, µs resolution, children included) of the long run minus the short run, divided
