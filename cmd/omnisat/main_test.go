@@ -232,13 +232,25 @@ func TestSimulatorProgramFaults(t *testing.T) {
 			t.Errorf("%v without the program: exit %d, %q", args, code, stderr)
 		}
 	}
+	failing := filepath.Join(dir, "failing")
+	if err := os.WriteFile(failing, []byte("#!/bin/sh\necho cannot listen >&2\nexit 2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OMNISAT_SIMULATOR_PROGRAM", failing)
+	code, _, stderr := runCLI(t, "run", "--simulator", "-c", "../../configs/demo/demo.yaml", "--state-dir", dir)
+	if code != exitFailure || !strings.Contains(stderr, "simulator: cannot listen") || !strings.Contains(stderr, "ended before it said where it listens") {
+		t.Errorf("a program that fails: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "simulate"); code != 2 || !strings.Contains(stderr, "cannot listen") {
+		t.Errorf("simulate with a program that fails: exit %d, %q; want its exit code and its words", code, stderr)
+	}
 	chatty := filepath.Join(dir, "chatty")
 	if err := os.WriteFile(chatty, []byte("#!/bin/sh\necho hello\nexec sleep 60\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("OMNISAT_SIMULATOR_PROGRAM", chatty)
 	began := time.Now()
-	code, _, stderr := runCLI(t, "run", "--simulator", "-c", "../../configs/demo/demo.yaml", "--state-dir", dir)
+	code, _, stderr = runCLI(t, "run", "--simulator", "-c", "../../configs/demo/demo.yaml", "--state-dir", dir)
 	if code != exitFailure || !strings.Contains(stderr, `the simulator said "hello", not its URL`) {
 		t.Errorf("a program that gives no URL: exit %d, %q", code, stderr)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -81,26 +82,35 @@ func startSimulator(dialect string, log *slog.Logger) (*simulatorChild, error) {
 		defer s.logged.Done()
 		forwardLines(stderr, func(line string) { log.Warn("simulator: " + line) })
 	}()
-	lines := make(chan string, 1)
+	// Its first line, or nothing (closed) if its output ends first.
+	first := make(chan string, 1)
 	go func() {
 		defer s.logged.Done()
+		said := false
 		forwardLines(stdout, func(line string) {
-			select {
-			case lines <- line:
-			default:
+			if !said {
+				first <- line
+				said = true
 			}
 		})
+		if !said {
+			close(first)
+		}
 	}()
 	timeout := time.NewTimer(simulatorStartWait)
 	defer timeout.Stop()
 	select {
-	case line := <-lines:
+	case line, ok := <-first:
 		fields := strings.Fields(line)
-		if len(fields) > 0 && strings.HasPrefix(fields[len(fields)-1], "ws://") {
+		switch {
+		case !ok:
+			err = errors.New("the simulator ended before it said where it listens (its log is above)")
+		case len(fields) > 0 && strings.HasPrefix(fields[len(fields)-1], "ws://"):
 			s.url = fields[len(fields)-1]
 			return s, nil
+		default:
+			err = fmt.Errorf("the simulator said %q, not its URL", line)
 		}
-		err = fmt.Errorf("the simulator said %q, not its URL", line)
 	case <-timeout.C:
 		err = fmt.Errorf("the simulator gave no URL within %v", simulatorStartWait)
 	}
