@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -28,6 +29,12 @@ func findProgram(p helperProgram) (string, error) {
 		return path, nil
 	}
 	exe, err := os.Executable()
+	if err != nil {
+		// No /proc (a chroot, an early boot): the path omnisat was started by.
+		if path, lerr := exec.LookPath(os.Args[0]); lerr == nil {
+			exe, err = filepath.Abs(path)
+		}
+	}
 	if err != nil {
 		return "", fmt.Errorf("find %s: %w", p.what, err)
 	}
