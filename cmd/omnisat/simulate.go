@@ -53,7 +53,7 @@ func runSimulate(ctx context.Context, env *cliEnv, args []string) int {
 type simulatorChild struct {
 	cmd    *exec.Cmd
 	url    string
-	logged sync.WaitGroup // the goroutine passing its log on
+	logged sync.WaitGroup // the two goroutines reading its output and its log
 }
 
 // startSimulator starts the simulator program on a free port of the loopback, speaking
