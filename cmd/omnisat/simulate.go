@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -13,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/omnisat/omnisat/internal/lines"
 )
 
 // simulatorProgram is the model server simulator's own program (cmd/omnisat-simulator).
@@ -80,14 +80,14 @@ func startSimulator(dialect string, log *slog.Logger) (*simulatorChild, error) {
 	s.logged.Add(2)
 	go func() {
 		defer s.logged.Done()
-		forwardLines(stderr, func(line string) { log.Warn("simulator: " + line) })
+		lines.Each(stderr, func(line string) { log.Warn("simulator: " + line) })
 	}()
 	// Its first line, or nothing (closed) if its output ends first.
 	first := make(chan string, 1)
 	go func() {
 		defer s.logged.Done()
 		said := false
-		forwardLines(stdout, func(line string) {
+		lines.Each(stdout, func(line string) {
 			if !said {
 				first <- line
 				said = true
@@ -138,21 +138,4 @@ func (s *simulatorChild) Close() error {
 		<-stopped
 	}
 	return s.cmd.Wait()
-}
-
-// forwardLines calls each with every line r gives until it ends; lines are cut at 4 KiB.
-func forwardLines(r io.Reader, each func(string)) {
-	br := bufio.NewReaderSize(r, 4096)
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			each(strings.TrimRight(strings.ToValidUTF8(string(line), "?"), "\r\n"))
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil {
-			return
-		}
-	}
 }

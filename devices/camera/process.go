@@ -7,7 +7,6 @@
 package camera
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/omnisat/omnisat/internal/lines"
 	"github.com/omnisat/omnisat/internal/quietin"
 )
 
@@ -289,22 +289,11 @@ func (p *Process) read(r *StreamReader, heard chan<- struct{}) error {
 // forwardLog passes the program's log lines on: its own warnings and errors as warnings, the
 // rest (OpenCV's and the drivers' chatter included) at debug level. Lines are cut at 4 KiB.
 func (p *Process) forwardLog(r io.Reader) {
-	br := bufio.NewReaderSize(r, 4096)
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			text := strings.TrimRight(strings.ToValidUTF8(string(line), "?"), "\r\n")
-			if strings.Contains(text, "level=WARN") || strings.Contains(text, "level=ERROR") {
-				p.log.Warn("camera program: " + text)
-			} else {
-				p.log.Debug("camera program: " + text)
-			}
+	lines.Each(r, func(text string) {
+		if strings.Contains(text, "level=WARN") || strings.Contains(text, "level=ERROR") {
+			p.log.Warn("camera program: " + text)
+		} else {
+			p.log.Debug("camera program: " + text)
 		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil {
-			return
-		}
-	}
+	})
 }
