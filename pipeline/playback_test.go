@@ -3,6 +3,7 @@ package pipeline
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -54,6 +55,30 @@ func pbMaxJump(x []float32) (float64, int) {
 	return m, at
 }
 
+// queueStepHalf is the most a queued sample may move: the queue holds 16-bit samples
+// (see fifo) and rounds to the nearest step.
+const queueStepHalf = 0.5/32768 + 1e-7
+
+// TestPlaybackQueueIs16Bit: the queue holds half what float32 would.
+func TestPlaybackQueueIs16Bit(t *testing.T) {
+	// Ten seconds queued at 48 kHz: 480,000 samples, in a ring that has doubled from half a
+	// second to 768,000: 3.1 MB as float32, 1.5 MB as 16-bit.
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	p := pbNew(t, 48000)
+	p.Play(make([]float32, 10*24000))
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if q := p.Stats().Queued; q < 10*48000-100 {
+		t.Fatalf("%d samples queued", q)
+	}
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 2_000_000 {
+		t.Errorf("ten seconds queued take %d bytes of heap", grown)
+	}
+	runtime.KeepAlive(p)
+}
+
 // TestPlaybackContinuity: audio played in arbitrary pieces comes out exactly as the whole
 // signal resampled in one go, apart from the fade-in at the very start.
 func TestPlaybackContinuity(t *testing.T) {
@@ -94,7 +119,7 @@ func TestPlaybackContinuity(t *testing.T) {
 					if i < fade {
 						w *= float32(i) / float32(fade)
 					}
-					if d := math.Abs(float64(got[i] - w)); d > 1e-6 {
+					if d := math.Abs(float64(got[i] - w)); d > queueStepHalf {
 						t.Fatalf("%s: sample %d = %v, want %v", mode, i, got[i], w)
 					}
 				}
@@ -306,7 +331,7 @@ func TestPlaybackVolume(t *testing.T) {
 	ramp := int(PlaybackVolumeRamp.Seconds()*24000) + 1
 	want := float32(0.8 * 0.125) // 50 → (0.5)^3
 	for i, v := range out[ramp:] {
-		if math.Abs(float64(v-want)) > 1e-6 {
+		if math.Abs(float64(v-want)) > 0.125*queueStepHalf {
 			t.Fatalf("sample %d at volume 50 = %v, want %v", ramp+i, v, want)
 		}
 	}
