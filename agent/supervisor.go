@@ -172,6 +172,9 @@ func newSupervisor(o Options) (*Supervisor, error) {
 	if o.Server.Mode == "" {
 		o.Server.Mode = realtime.ModeVideo
 	}
+	if o.Server.Buffers == nil {
+		o.Server.Buffers = realtime.NewBuffers() // one write buffer for this agent's sessions
+	}
 	if o.Server.Dialect == "" {
 		o.Server.Dialect = realtime.DialectCurrent
 	}

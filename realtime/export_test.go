@@ -23,3 +23,9 @@ func WatchdogWakesForTest(s Session) (silence, stall int64) {
 	ss := s.(*session)
 	return ss.silence.Wakes(), ss.stall.Wakes()
 }
+
+// WriteBuffersForTest is how many write buffers b's sessions have had made (the slot was
+// empty when one began a message), and how many b keeps now (0 or 1).
+func WriteBuffersForTest(b *Buffers) (made int64, kept int) {
+	return b.write.made.Load(), len(b.write.kept)
+}

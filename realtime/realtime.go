@@ -122,6 +122,12 @@ type Config struct {
 
 	Logger *slog.Logger // nil discards
 
+	// Buffers, when set, is shared by the sessions dialled with it (NewBuffers): they take
+	// turns with one WebSocket write buffer, which a session holds only while it writes a
+	// message, so two sessions that overlap (a rollover, a reconnect) do not keep one each.
+	// Nil: each session keeps its own.
+	Buffers *Buffers
+
 	// netDial replaces the TCP dialer (tests of the session over an in-memory pipe).
 	netDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }

@@ -183,6 +183,7 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 		// One media message, one frame, one write: with gorilla's 4 KiB default a 1 s audio
 		// chunk (~85 KB of JSON) went out as 21 frames and 21 write calls.
 		WriteBufferSize: wireWriteBuffer,
+		WriteBufferPool: cfg.Buffers.writePool(),
 		// The TCP connection itself, under TLS: its send buffer is kept small and the kernel is
 		// asked what of it the peer has acknowledged.
 		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -498,6 +499,49 @@ func (s *session) readLoop() {
 	s.mu.Unlock()
 	s.emit(Closed{Reason: s.endReason, Diagnostic: s.endDiag, Err: s.endErr, Undelivered: undelivered,
 		ServerDuration: s.endTotals.duration, Segments: s.endTotals.segments}, true)
+}
+
+// Buffers are memory that sessions of one client take turns with (Config.Buffers).
+type Buffers struct {
+	write writeSlot
+}
+
+// NewBuffers returns buffers for the sessions of one client.
+func NewBuffers() *Buffers { return &Buffers{write: writeSlot{kept: make(chan any, 1)}} }
+
+// writePool is the write buffer pool for gorilla's Dialer: nil (each connection keeps its
+// own) without shared Buffers.
+func (b *Buffers) writePool() websocket.BufferPool {
+	if b == nil {
+		return nil
+	}
+	return &b.write
+}
+
+// writeSlot keeps one write buffer between messages. A second, needed only while two sessions
+// write at the same moment, is made by gorilla and left to the collector when the slot is
+// full: a sync.Pool would let the collector take the kept one too, and a new buffer (and its
+// zeroing) would come with every chunk.
+type writeSlot struct {
+	kept chan any
+	made atomic.Int64 // times the slot was empty: gorilla made a buffer
+}
+
+func (w *writeSlot) Get() any {
+	select {
+	case b := <-w.kept:
+		return b
+	default:
+		w.made.Add(1)
+		return nil
+	}
+}
+
+func (w *writeSlot) Put(b any) {
+	select {
+	case w.kept <- b:
+	default:
+	}
 }
 
 // wireWriteBuffer is the WebSocket write buffer: a frame holds at most this much, so a 1 s

@@ -592,6 +592,37 @@ func TestOpenVoice(t *testing.T) {
 	}
 }
 
+// Sessions dialled with the same Buffers take turns with one write buffer: a session that
+// follows another (a rollover, a reconnect) writes its chunks in the buffer the first one
+// wrote in, and no session keeps one of its own between messages.
+func TestSessionsShareTheWriteBuffer(t *testing.T) {
+	srv := strictServer(t, realtimetest.Options{})
+	cfg := fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio)
+	cfg.Buffers = realtime.NewBuffers()
+	for i := range 3 {
+		s := dial(t, cfg)
+		for _, a := range [][]float32{tone(16000, 0.3), tone(16000, 0.3), silence(16000)} {
+			send(t, s, realtime.Chunk{Audio: a})
+		}
+		go func() { // each further chunk lets the parrot say more
+			for range 4 {
+				if s.Send(context.Background(), realtime.Chunk{Audio: silence(16000)}) != nil {
+					return
+				}
+			}
+		}()
+		// The parrot answers once it has heard the speech end: the chunks were written.
+		var r reply
+		drain(t, s, &r, func(realtime.Event) bool { return r.text.Len() > 0 })
+		if err := s.Close(context.Background(), "user_stop"); err != nil {
+			t.Fatalf("session %d: close: %v", i, err)
+		}
+		if made, kept := realtime.WriteBuffersForTest(cfg.Buffers); made != 1 || kept != 1 {
+			t.Fatalf("after session %d: %d write buffers made, %d kept; want 1 and 1", i, made, kept)
+		}
+	}
+}
+
 // Closing never hangs and leaves no goroutines behind, even when the consumer stops reading.
 func TestCloseNoLeak(t *testing.T) {
 	srv := strictServer(t, realtimetest.Options{ForceListenCount: -1})
