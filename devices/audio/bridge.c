@@ -92,7 +92,8 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 			return paContinue;
 		}
 		ringCopy(b, w, (float *)in, frames, 1);
-		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){at, w, frames, frames, b->lost, flags};
+		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){
+			.at = at, .pos = w, .frames = frames, .filled = frames, .lost = b->lost, .flags = flags};
 		b->lost = 0;
 		__atomic_store_n(&b->w, w + frames, __ATOMIC_RELEASE);
 		__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
@@ -139,7 +140,8 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 		memset(o + n * (uint64_t)b->channels, 0, (frames - n) * (uint64_t)b->channels * sizeof(float));
 		if (n < frames && w > 0 && !flush)
 			__atomic_fetch_add(&b->dropped, frames - n, __ATOMIC_RELAXED);
-		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){at, r, frames, n, b->lost, cut, flags};
+		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){
+			.at = at, .pos = r, .frames = frames, .filled = n, .lost = b->lost, .cut = cut, .flags = flags};
 		b->lost = 0;
 		__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
 		__atomic_store_n(&b->r, r + n + cut, __ATOMIC_RELEASE);

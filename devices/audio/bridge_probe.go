@@ -1,6 +1,6 @@
 package audio
 
-// bridgeProbe runs the bridge's output callback (bridge.c) on buffers a test makes up, without
+// bridgeProbe runs the bridge's callbacks (bridge.c) on buffers a test makes up, without
 // a device or a PortAudio stream, so that a flush's fade and cut, the records, the drop counts
 // and when the callback wakes Go are checked on the C code itself (bridge_test.go). Only the
 // tests use it; it lives here because cgo is not allowed in test files.
@@ -17,6 +17,13 @@ static int omnisatProbeOutput(omnisatBridge *b, float *out, unsigned long frames
 	return omnisatBridgeCallback(NULL, out, frames, &ti, 0, b);
 }
 
+static int omnisatProbeInput(omnisatBridge *b, const float *in, unsigned long frames, double at,
+		unsigned long flags) {
+	PaStreamCallbackTimeInfo ti = {0};
+	ti.inputBufferAdcTime = at;
+	return omnisatBridgeCallback(in, NULL, frames, &ti, flags, b);
+}
+
 static uint64_t omnisatProbeWakes(omnisatBridge *b) {
 	uint64_t n = 0;
 	if (read(b->efd, &n, sizeof(n)) != sizeof(n))
@@ -31,8 +38,8 @@ import (
 	"unsafe"
 )
 
-// An output bridge with the test standing in for both sides: the pump (Write, Cut, Records)
-// and the device (Take).
+// A bridge with the test standing in for both sides: for output the pump (Write, Cut, Records)
+// and the device (Take); for input the device (Give) and the pump (Records).
 type bridgeProbe struct {
 	b        *C.omnisatBridge
 	channels int
@@ -44,6 +51,7 @@ type bridgeProbe struct {
 type probeRecord struct {
 	At                             float64
 	Pos, Frames, Filled, Lost, Cut uint64
+	Info                           bufferInfo // what the pump makes of it
 }
 
 // newBridgeProbe makes an output bridge with a ring of ringFrames frames and a flush fade of
@@ -54,6 +62,24 @@ func newBridgeProbe(channels, ringFrames, fadeFrames int) *bridgeProbe {
 		panic("bridge probe: no memory")
 	}
 	return &bridgeProbe{b: b, channels: channels, ring: bridgeRing(b, channels)}
+}
+
+// newInputBridgeProbe makes an input bridge with a ring of ringFrames frames.
+func newInputBridgeProbe(channels, ringFrames int) *bridgeProbe {
+	b := C.omnisatBridgeNew(1, C.int(channels), C.uint64_t(ringFrames), 0, 1)
+	if b == nil {
+		panic("bridge probe: no memory")
+	}
+	return &bridgeProbe{b: b, channels: channels, ring: bridgeRing(b, channels)}
+}
+
+// inputOverflow is PortAudio's flag for input the host lost before a buffer.
+const inputOverflow = C.paInputOverflow
+
+// Give runs an input callback for one device buffer of interleaved frames captured at at,
+// with PortAudio's status flags.
+func (o *bridgeProbe) Give(frames []float32, at float64, flags uint64) {
+	C.omnisatProbeInput(o.b, (*C.float)(unsafe.Pointer(&frames[0])), C.ulong(len(frames)/o.channels), C.double(at), C.ulong(flags))
 }
 
 // Free releases the bridge and its eventfd.
@@ -89,7 +115,7 @@ func (o *bridgeProbe) Records() []probeRecord {
 	for ; o.rr < rw; o.rr++ {
 		r := o.b.rec[o.rr%C.OMNISAT_RECORDS]
 		recs = append(recs, probeRecord{At: float64(r.at), Pos: uint64(r.pos), Frames: uint64(r.frames),
-			Filled: uint64(r.filled), Lost: uint64(r.lost), Cut: uint64(r.cut)})
+			Filled: uint64(r.filled), Lost: uint64(r.lost), Cut: uint64(r.cut), Info: recordInfo(r)})
 	}
 	atomic.StoreUint64(counter(&o.b.rr), o.rr)
 	return recs

@@ -132,3 +132,31 @@ func TestEagerWakesOnce(t *testing.T) {
 		t.Errorf("the callback after: %d wake-ups, want 0", w)
 	}
 }
+
+// TestInputRecordsCarryTheXrun: an input buffer's record holds where it lies in the ring, its
+// capture time and PortAudio's flags, so that an overflow the host reports reaches the echo
+// canceller as a jump in the capture's timeline.
+func TestInputRecordsCarryTheXrun(t *testing.T) {
+	o := newInputBridgeProbe(2, 4096)
+	defer o.Free()
+	o.Give(ramp(64, 2, 1), 1.5, 0)
+	o.Give(ramp(64, 2, 65), 2.5, inputOverflow)
+	recs := o.Records()
+	if len(recs) != 2 {
+		t.Fatalf("%d records for two buffers", len(recs))
+	}
+	for i, want := range []probeRecord{
+		{At: 1.5, Pos: 0, Frames: 64, Filled: 64, Info: bufferInfo{at: 1.5}},
+		{At: 2.5, Pos: 64, Frames: 64, Filled: 64, Info: bufferInfo{at: 2.5, xrun: true}},
+	} {
+		if recs[i] != want {
+			t.Errorf("record %d: %+v, want %+v", i, recs[i], want)
+		}
+	}
+	if got := o.Ring(64, 1); got[0] != 65 || got[1] != 65 {
+		t.Errorf("the second buffer's first frame in the ring: %v, want [65 65]", got)
+	}
+	if w := o.Wakes(); w != 2 {
+		t.Errorf("two buffers woke Go %d times", w)
+	}
+}
