@@ -553,9 +553,9 @@ func TestMicrophoneCapture(t *testing.T) {
 	speech := card.Speech(t, "Omnisat hears you. One, two, three, four, five.")
 	src, rate := readWAV(t, speech)
 	ref := resampleTo(t, src, rate, OutputRate)
-	// The room's sink rewinds when paplay connects, and a capture with long buffers has
-	// taken the rewound stretch already: the played file's first milliseconds never reach
-	// it. A lead of silence keeps them out of what is compared.
+	// A capture with long buffers misses the played file's first milliseconds (most likely
+	// the room's sink rewinding when paplay connects, over a stretch the capture has taken
+	// already). A lead of silence keeps them out of what is compared.
 	padded := filepath.Join(t.TempDir(), "padded.wav")
 	card.Sox(t, speech, padded, "pad", "0.3", "0")
 	speech = padded
