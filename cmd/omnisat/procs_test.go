@@ -15,6 +15,10 @@ import (
 // to its processor count; the simulator's come through the log as warnings.
 var wholeSchedTrace = regexp.MustCompile(`^SCHED \d+ms: gomaxprocs=\d+ idleprocs=`)
 
+// wholeGCTraceEnd is the end of a whole collection trace (GODEBUG=gctrace=1): the processor
+// count, and whether the collection was forced.
+var wholeGCTraceEnd = regexp.MustCompile(` \d+ P( \(forced\))?$`)
+
 func TestRunGOMAXPROCS(t *testing.T) {
 	bin := buildOmnisat(t)
 	for _, tc := range []struct{ procs, want string }{{"", "gomaxprocs=1 "}, {"2", "gomaxprocs=2 "}} {
@@ -58,10 +62,13 @@ func TestRunGCPercent(t *testing.T) {
 			t.Setenv("GODEBUG", "gctrace=1")
 			logs, stop := runOnDemoWAV(t, bin)
 			defer stop()
+			// The runtime prints the trace in several writes: judge the line once it is whole
+			// (up to its processor count and its newline), not as it arrives.
 			var first string
 			waitUntil(t, "collection", 60*time.Second, func() bool {
-				for _, line := range strings.Split(logs.String(), "\n") {
-					if strings.HasPrefix(line, "gc 1 @") {
+				lines := strings.Split(logs.String(), "\n")
+				for _, line := range lines[:len(lines)-1] { // the last is not ended yet
+					if strings.HasPrefix(line, "gc 1 @") && wholeGCTraceEnd.MatchString(line) {
 						first = line
 						return true
 					}
