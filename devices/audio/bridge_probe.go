@@ -57,16 +57,16 @@ type probeRecord struct {
 // newBridgeProbe makes an output bridge with a ring of ringFrames frames and a flush fade of
 // fadeFrames; the callback never waits for Go (grace 0).
 func newBridgeProbe(channels, ringFrames, fadeFrames int) *bridgeProbe {
-	b := C.omnisatBridgeNew(0, C.int(channels), C.uint64_t(ringFrames), 0, C.int(fadeFrames))
-	if b == nil {
-		panic("bridge probe: no memory")
-	}
-	return &bridgeProbe{b: b, channels: channels, ring: bridgeRing(b, channels)}
+	return newProbe(false, channels, ringFrames, fadeFrames)
 }
 
 // newInputBridgeProbe makes an input bridge with a ring of ringFrames frames.
 func newInputBridgeProbe(channels, ringFrames int) *bridgeProbe {
-	b := C.omnisatBridgeNew(1, C.int(channels), C.uint64_t(ringFrames), 0, 1)
+	return newProbe(true, channels, ringFrames, 1)
+}
+
+func newProbe(input bool, channels, ringFrames, fadeFrames int) *bridgeProbe {
+	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.uint64_t(ringFrames), 0, C.int(fadeFrames))
 	if b == nil {
 		panic("bridge probe: no memory")
 	}
