@@ -9,8 +9,6 @@ import (
 	"time"
 )
 
-// `omnisat run` runs Go code on one thread unless GOMAXPROCS says otherwise (the runtime's own
-// schedule trace says how many it uses), and GOMAXPROCS still wins.
 // wholeSchedTrace is the start of one of omnisat's own schedule traces (GODEBUG=schedtrace), up
 // to its processor count; the simulator's come through the log as warnings.
 var wholeSchedTrace = regexp.MustCompile(`^SCHED \d+ms: gomaxprocs=\d+ idleprocs=`)
@@ -19,6 +17,8 @@ var wholeSchedTrace = regexp.MustCompile(`^SCHED \d+ms: gomaxprocs=\d+ idleprocs
 // count, and whether the collection was forced.
 var wholeGCTraceEnd = regexp.MustCompile(` \d+ P( \(forced\))?$`)
 
+// `omnisat run` runs Go code on one thread unless GOMAXPROCS says otherwise (the runtime's own
+// schedule trace says how many it uses), and GOMAXPROCS still wins.
 func TestRunGOMAXPROCS(t *testing.T) {
 	bin := buildOmnisat(t)
 	for _, tc := range []struct{ procs, want string }{{"", "gomaxprocs=1 "}, {"2", "gomaxprocs=2 "}} {
