@@ -173,7 +173,7 @@ func newSupervisor(o Options) (*Supervisor, error) {
 		o.Server.Mode = realtime.ModeVideo
 	}
 	if o.Server.Buffers == nil {
-		o.Server.Buffers = realtime.NewBuffers() // one write buffer for this agent's sessions
+		o.Server.Buffers = realtime.NewBuffers() // one set of message buffers for this agent's sessions
 	}
 	if o.Server.Dialect == "" {
 		o.Server.Dialect = realtime.DialectCurrent

@@ -24,8 +24,11 @@ func WatchdogWakesForTest(s Session) (silence, stall int64) {
 	return ss.silence.Wakes(), ss.stall.Wakes()
 }
 
-// WriteBuffersForTest is how many write buffers b's sessions have had made (the slot was
-// empty when one began a message), and how many b keeps now (0 or 1).
-func WriteBuffersForTest(b *Buffers) (made int64, kept int) {
-	return b.write.made.Load(), len(b.write.kept)
+// BuffersMadeForTest is how many buffers of each kind b's sessions have had to make: the write
+// buffer, the read buffer, media messages' and reply samples' (the kept ones did not serve).
+type BuffersMadeForTest struct{ Write, Read, Messages, Samples int64 }
+
+func MadeForTest(b *Buffers) BuffersMadeForTest {
+	return BuffersMadeForTest{Write: b.write.made.Load(), Read: b.read.made.Load(), Messages: b.spares.made.Load(),
+		Samples: b.samples.made.Load()}
 }

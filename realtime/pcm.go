@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	asmbase64 "github.com/segmentio/asm/base64"
@@ -119,6 +120,7 @@ func finite(v float32) bool { return math.Float32bits(v)&0x7f800000 != 0x7f80000
 type samplePool struct {
 	mu   sync.Mutex
 	free [][]float32
+	made atomic.Int64 // buffers made for the pool (none kept was long enough)
 }
 
 // The pool keeps a few buffers, none longer than ten seconds of 24 kHz audio.
@@ -141,6 +143,7 @@ func (p *samplePool) get(n int) []float32 {
 		}
 		p.mu.Unlock()
 		if n <= maxPooledSamples {
+			p.made.Add(1)
 			// Rounded up to half a second, so that a buffer serves the next delta of a
 			// similar length instead of missing it by a few samples.
 			return make([]float32, n, (n+pooledSizeStep-1)/pooledSizeStep*pooledSizeStep)

@@ -123,8 +123,9 @@ type Config struct {
 	Logger *slog.Logger // nil discards
 
 	// Buffers, when set, is shared by the sessions dialled with it (NewBuffers): they take
-	// turns with one WebSocket write buffer, which a session holds only while it writes a
-	// message, so two sessions that overlap (a rollover, a reconnect) do not keep one each.
+	// turns with one set of message buffers (the WebSocket write buffer, the read buffer, the
+	// media messages' and the reply samples'), each held only while a message is read, built
+	// or written, so two sessions that overlap (a rollover, a reconnect) do not keep a set each.
 	// Nil: each session keeps its own.
 	Buffers *Buffers
 

@@ -78,18 +78,14 @@ func (fatalSignal) event()     {}
 type session struct {
 	cfg   Config
 	codec codec
-	// audio holds reply sample buffers handed back by RecycleAudio for the codec to decode into.
-	audio *samplePool
-	conn  *websocket.Conn
+	// bufs are the message buffers the session reads, builds and decodes in: shared with the
+	// other sessions of its client (Config.Buffers), or its own.
+	bufs *Buffers
+	conn *websocket.Conn
 	// raw is the TCP connection under TLS and WebSocket, wire counts what is written to it.
 	raw  net.Conn
 	wire *countingConn
-	// spares are written media messages' buffers (mu), the next chunks' messages are built in
-	// them: a second of audio is ~85 KB of JSON, and building each in a new buffer was most of
-	// what the session allocated. A few, not one: chunks often come in bursts (a chunk cut at
-	// a barge-in, the force_listen one after it), faster than the writer hands buffers back.
-	spares [][]byte
-	log    interface {
+	log  interface {
 		Debug(string, ...any)
 		Warn(string, ...any)
 	}
@@ -156,12 +152,15 @@ type session struct {
 }
 
 func dial(ctx context.Context, cfg Config) (Session, error) {
-	pool := &samplePool{}
+	bufs := cfg.Buffers
+	if bufs == nil {
+		bufs = NewBuffers()
+	}
 	s := &session{
 		born:        time.Now(),
 		cfg:         cfg,
-		codec:       newCodec(cfg, pool),
-		audio:       pool,
+		codec:       newCodec(cfg, &bufs.samples),
+		bufs:        bufs,
 		log:         cfg.Logger,
 		events:      make(chan Event, cfg.EventBuffer),
 		room:        make(chan struct{}),
@@ -183,7 +182,7 @@ func dial(ctx context.Context, cfg Config) (Session, error) {
 		// One media message, one frame, one write: with gorilla's 4 KiB default a 1 s audio
 		// chunk (~85 KB of JSON) went out as 21 frames and 21 write calls.
 		WriteBufferSize: wireWriteBuffer,
-		WriteBufferPool: cfg.Buffers.writePool(),
+		WriteBufferPool: &bufs.write,
 		// The TCP connection itself, under TLS: its send buffer is kept small and the kernel is
 		// asked what of it the peer has acknowledged.
 		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -469,26 +468,24 @@ func (s *session) setupEndError() *Error {
 func (s *session) readLoop() {
 	defer s.wg.Done()
 	defer close(s.events)
-	var buf []byte // one message at a time, reused: the decoders keep nothing of it
 	for {
 		typ, r, err := s.conn.NextReader()
+		var data []byte
 		if err == nil {
-			buf, err = readAll(r, buf[:0])
+			// The read buffer is taken for one message and given back once it is decoded:
+			// the decoders keep nothing of it.
+			data, err = readAll(r, s.bufs.read.take())
 		}
 		if err != nil {
 			s.end(s.readError(err), "", "")
 			break
 		}
-		data := buf
-		if cap(buf) > maxKeptReadBuffer {
-			buf = nil // an outsized frame's buffer is not kept
-		}
 		s.heard()
 		s.bytesRecv.Add(uint64(len(data)))
-		if typ != websocket.TextMessage && typ != websocket.BinaryMessage {
-			continue
+		if typ == websocket.TextMessage || typ == websocket.BinaryMessage {
+			s.codec.decode(typ == websocket.BinaryMessage, data, s.handle)
 		}
-		s.codec.decode(typ == websocket.BinaryMessage, data, s.handle)
+		s.bufs.read.give(data)
 		if s.isDone() {
 			break
 		}
@@ -500,58 +497,6 @@ func (s *session) readLoop() {
 	s.emit(Closed{Reason: s.endReason, Diagnostic: s.endDiag, Err: s.endErr, Undelivered: undelivered,
 		ServerDuration: s.endTotals.duration, Segments: s.endTotals.segments}, true)
 }
-
-// Buffers are memory that sessions of one client take turns with (Config.Buffers).
-type Buffers struct {
-	write writeSlot
-}
-
-// NewBuffers returns buffers for the sessions of one client.
-func NewBuffers() *Buffers { return &Buffers{write: writeSlot{kept: make(chan any, 1)}} }
-
-// writePool is the write buffer pool for gorilla's Dialer: nil (each connection keeps its
-// own) without shared Buffers.
-func (b *Buffers) writePool() websocket.BufferPool {
-	if b == nil {
-		return nil
-	}
-	return &b.write
-}
-
-// writeSlot keeps one write buffer between messages. A second, needed only while two sessions
-// write at the same moment, is made by gorilla and left to the collector when the slot is
-// full: a sync.Pool would let the collector take the kept one too, and a new buffer (and its
-// zeroing) would come with every chunk.
-type writeSlot struct {
-	kept chan any
-	made atomic.Int64 // times the slot was empty: gorilla made a buffer
-}
-
-func (w *writeSlot) Get() any {
-	select {
-	case b := <-w.kept:
-		return b
-	default:
-		w.made.Add(1)
-		return nil
-	}
-}
-
-func (w *writeSlot) Put(b any) {
-	select {
-	case w.kept <- b:
-	default:
-	}
-}
-
-// wireWriteBuffer is the WebSocket write buffer: a frame holds at most this much, so a 1 s
-// audio chunk (~85 KB) or a chunk with a 640×480 JPEG (~140 KB) is one frame and one write.
-// Larger messages (several frames a chunk) still go out, in frames of this size.
-const wireWriteBuffer = 160 << 10
-
-// maxKeptReadBuffer bounds the read buffer kept between messages: a second of reply audio is
-// ~128 KB; a rare larger frame gets a buffer of its own.
-const maxKeptReadBuffer = 1 << 20
 
 // readAll reads the rest of a message into b (as io.ReadAll does, reusing b's room).
 func readAll(r io.Reader, b []byte) ([]byte, error) {
@@ -762,58 +707,19 @@ func (s *session) write(m outMsg) bool {
 		}
 		from = to
 	}
+	if m.media {
+		// Written: a later chunk's message is built in it (kept before the chunk can count
+		// as delivered, so that a sender that waits for that finds it kept).
+		s.bufs.spares.keep(m.data)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight = nil
-	if m.media {
-		s.keepSpare(m.data) // written: a later chunk's message is built in it
-	}
 	if m.media && !s.ended {
 		s.track.written(m.id, s.wire.written.Load(), time.Now())
 		s.track.settleNow(s.wire, s.cfg.DeadLinkTimeout)
 	}
 	return !s.ended
-}
-
-// maxSpares is how many written media buffers a session keeps for the next messages: the
-// longest burst of chunks the agent sends at once (a cut chunk, the force_listen one, the next).
-const maxSpares = 3
-
-// keepSpare keeps a written media message's buffer for a later one (mu held); when there are
-// enough, the smallest goes.
-func (s *session) keepSpare(b []byte) {
-	if len(s.spares) < maxSpares {
-		s.spares = append(s.spares, b)
-		return
-	}
-	smallest := 0
-	for i, sp := range s.spares {
-		if cap(sp) < cap(s.spares[smallest]) {
-			smallest = i
-		}
-	}
-	if cap(b) > cap(s.spares[smallest]) {
-		s.spares[smallest] = b
-	}
-}
-
-// takeSpare takes the largest kept buffer (mu held), nil when none is kept.
-func (s *session) takeSpare() []byte {
-	n := len(s.spares)
-	if n == 0 {
-		return nil
-	}
-	largest := 0
-	for i, sp := range s.spares {
-		if cap(sp) > cap(s.spares[largest]) {
-			largest = i
-		}
-	}
-	b := s.spares[largest]
-	s.spares[largest] = s.spares[n-1]
-	s.spares[n-1] = nil
-	s.spares = s.spares[:n-1]
-	return b
 }
 
 // maxRateLimitHold bounds one hold of media after a server's session.rate_limit: the server
@@ -1104,7 +1010,7 @@ func (s *session) Events() <-chan Event  { return s.events }
 func (s *session) Done() <-chan struct{} { return s.done }
 
 // RecycleAudio implements AudioRecycler.
-func (s *session) RecycleAudio(samples []float32) { s.audio.put(samples) }
+func (s *session) RecycleAudio(samples []float32) { s.bufs.samples.put(samples) }
 
 func (s *session) Err() error {
 	select {
@@ -1122,10 +1028,7 @@ func (s *session) Send(ctx context.Context, c Chunk) error {
 	if s.cfg.Mode == ModeChat && s.cfg.Dialect != DialectOpenVoice {
 		return fmt.Errorf("send audio: a mode=chat session takes Ask, not media chunks")
 	}
-	s.mu.Lock()
-	spare := s.takeSpare()
-	s.mu.Unlock()
-	m, err := s.codec.chunk(c, s.cfg.Init, spare)
+	m, err := s.codec.chunk(c, s.cfg.Init, s.bufs.spares.take())
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -592,33 +593,63 @@ func TestOpenVoice(t *testing.T) {
 	}
 }
 
-// Sessions dialled with the same Buffers take turns with one write buffer: a session that
-// follows another (a rollover, a reconnect) writes its chunks in the buffer the first one
-// wrote in, and no session keeps one of its own between messages.
-func TestSessionsShareTheWriteBuffer(t *testing.T) {
+// Sessions dialled with the same Buffers take turns with one set of message buffers: a session
+// that follows another (a rollover, a reconnect) reads, builds, writes and decodes in the
+// buffers the first one grew, and makes none of its own.
+func TestSessionsShareTheirBuffers(t *testing.T) {
 	srv := strictServer(t, realtimetest.Options{})
 	cfg := fastConfig(srv.URL(), realtime.DialectCurrent, realtime.ModeAudio)
 	cfg.Buffers = realtime.NewBuffers()
+	var first realtime.BuffersMadeForTest
 	for i := range 3 {
 		s := dial(t, cfg)
-		for _, a := range [][]float32{tone(16000, 0.3), tone(16000, 0.3), silence(16000)} {
-			send(t, s, realtime.Chunk{Audio: a})
-		}
-		go func() { // each further chunk lets the parrot say more
-			for range 4 {
-				if s.Send(context.Background(), realtime.Chunk{Audio: silence(16000)}) != nil {
-					return
+		var deltas atomic.Int64
+		events := make(chan struct{})
+		go func() { // the speaker's part: done with each delta, it hands the samples back
+			defer close(events)
+			for ev := range s.Events() {
+				if d, ok := ev.(realtime.AudioDelta); ok {
+					s.(realtime.AudioRecycler).RecycleAudio(d.Samples)
+					deltas.Add(1)
 				}
 			}
 		}()
-		// The parrot answers once it has heard the speech end: the chunks were written.
-		var r reply
-		drain(t, s, &r, func(realtime.Event) bool { return r.text.Len() > 0 })
+		sent := uint64(0)
+		sendOne := func(a []float32) { // one at a time: a message's buffer is kept before the next
+			sent++
+			send(t, s, realtime.Chunk{ID: sent, Audio: a})
+			for deadline := time.Now().Add(10 * time.Second); s.Stats().ChunksDelivered < sent; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("session %d: %d of %d chunks delivered", i, s.Stats().ChunksDelivered, sent)
+				}
+			}
+		}
+		for _, a := range [][]float32{tone(16000, 0.3), tone(16000, 0.3), silence(16000)} {
+			sendOne(a)
+		}
+		// Each further chunk lets the parrot say more; two deltas, so that one is decoded
+		// into the buffer the other was handed back in.
+		for deadline := time.Now().Add(10 * time.Second); deltas.Load() < 2; {
+			if time.Now().After(deadline) {
+				t.Fatalf("session %d: %d reply deltas", i, deltas.Load())
+			}
+			sendOne(silence(16000))
+		}
 		if err := s.Close(context.Background(), "user_stop"); err != nil {
 			t.Fatalf("session %d: close: %v", i, err)
 		}
-		if made, kept := realtime.WriteBuffersForTest(cfg.Buffers); made != 1 || kept != 1 {
-			t.Fatalf("after session %d: %d write buffers made, %d kept; want 1 and 1", i, made, kept)
+		<-events
+		made := realtime.MadeForTest(cfg.Buffers)
+		t.Logf("after session %d: made %+v", i, made)
+		if i == 0 {
+			if made.Write != 1 || made.Read != 1 || made.Messages != 1 || made.Samples < 1 {
+				t.Fatalf("the first session made %+v; want one of each (samples: at least one)", made)
+			}
+			first = made
+			continue
+		}
+		if made != first {
+			t.Fatalf("after session %d the sessions made %+v; the first alone made %+v", i, made, first)
 		}
 	}
 }
