@@ -101,18 +101,30 @@ func (lv *live) accepted() uint64 {
 func (lv *live) delivered() uint64 { return lv.sess.Stats().ChunksDelivered }
 
 // undelivered returns the remembered chunks whose ids the session reported as never delivered,
-// oldest first.
-func (lv *live) undelivered(ids []uint64) []chunk {
+// oldest first, and hands the others' buffers back to bufs: the session has ended and nothing
+// else refers to them.
+func (lv *live) undelivered(ids []uint64, bufs *chunkBuffers) []chunk {
 	lv.sentMu.Lock()
 	defer lv.sentMu.Unlock()
 	var out []chunk
 	for _, c := range lv.sent {
 		if slices.Contains(ids, c.seq) {
 			out = append(out, c)
+		} else {
+			bufs.put(c.audio)
 		}
 	}
+	clear(lv.sent)
 	lv.sent, lv.sentAudio = nil, 0
 	return out
+}
+
+// release hands the buffers of the chunks the session still remembers back to bufs, once it
+// has closed on purpose: nothing sends them again. Without it a rollover's new session, whose
+// reconnect buffer starts empty, made a new buffer for each of its first chunks while the old
+// session's went to the collector.
+func (lv *live) release(bufs *chunkBuffers) {
+	lv.undelivered(nil, bufs)
 }
 
 type attempt struct {
@@ -471,6 +483,7 @@ func (l *loop) closeAsync(lv *live, reason string, flush bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
 		lv.sess.Close(ctx, reason)
+		lv.release(l.s.chunkBufs)
 		l.count(lv, lv.sess.Stats().ChunksDelivered)
 		l.s.log.Debug("agent: session closed", "session", lv.id, "flush", flushed.Sub(began).Round(time.Millisecond),
 			"close", time.Since(flushed).Round(time.Millisecond))
@@ -1006,7 +1019,7 @@ func (l *loop) sessionLost(lv *live, ev realtime.Closed) {
 	l.cur = nil
 	s.sendMu.Unlock()
 	s.backlog.setLimit(durationToSamples(s.gapBuffer()))
-	if resend := lv.undelivered(ev.Undelivered); len(resend) > 0 {
+	if resend := lv.undelivered(ev.Undelivered, s.chunkBufs); len(resend) > 0 {
 		// What the server never got goes again, first, in the next session (as far as the
 		// reconnect buffer reaches).
 		if dropped := s.backlog.requeue(resend...); dropped > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/omnisat/omnisat/realtime"
@@ -170,13 +171,14 @@ func (s *Supervisor) chunkSamples() int {
 }
 
 // chunkBuffers recycles the audio buffers of chunks that are done with: a chunk that has left
-// the reconnect buffer (sent, and older than what a resend would take) gives its buffer to the
-// next chunk's capture. Otherwise every chunk is a new buffer (64 KB a second at 1 s chunks):
-// fresh memory to fault in and zero, and garbage to collect. A buffer not handed back is simply
-// collected.
+// the reconnect buffer (sent, and older than what a resend would take), or the reconnect
+// buffer of a session that has closed or was lost, gives its buffer to the next chunk's capture.
+// Otherwise every chunk is a new buffer (64 KB a second at 1 s chunks): fresh memory to fault in
+// and zero, and garbage to collect. A buffer not handed back is simply collected.
 type chunkBuffers struct {
 	size int // capacity of each: a chunk, and what it may grow by while held open
 	free chan []float32
+	made atomic.Int64 // buffers made because none was free
 }
 
 // chunkBuffersKept is how many free buffers wait for capture: more than the reconnect buffer
@@ -204,6 +206,7 @@ func (b *chunkBuffers) get() []float32 {
 	case buf := <-b.free:
 		return buf[:0]
 	default:
+		b.made.Add(1)
 		return make([]float32, 0, b.size)
 	}
 }
