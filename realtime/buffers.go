@@ -10,8 +10,8 @@ import (
 // that the next chunks are built in, and the reply sample buffers handed back (RecycleAudio).
 // A session holds each only while it uses it, so two sessions that overlap (a rollover, a
 // reconnect) do not keep two of each, and a session that follows another does not grow them
-// afresh: each new session used to make about a megabyte of buffers in its first seconds (the
-// read buffer doubling up to a second of reply audio among them) while the old one still held
+// afresh: each new session used to make about 700 KB of buffers in its first seconds (500 KB
+// of it the read buffer doubling up to a second of reply audio) while the old one still held
 // its own.
 type Buffers struct {
 	write   writeSlot
