@@ -24,10 +24,12 @@ func WatchdogWakesForTest(s Session) (silence, stall int64) {
 	return ss.silence.Wakes(), ss.stall.Wakes()
 }
 
-// BuffersMadeForTest is how many buffers of each kind b's sessions have had to make: the write
-// buffer, the read buffer, media messages' and reply samples' (the kept ones did not serve).
+// BuffersMadeForTest counts buffers of each kind: the write buffer, the read buffer, media
+// messages' and reply samples'.
 type BuffersMadeForTest struct{ Write, Read, Messages, Samples int64 }
 
+// MadeForTest is how many buffers of each kind b's sessions have had to make (the kept ones did
+// not serve).
 func MadeForTest(b *Buffers) BuffersMadeForTest {
 	return BuffersMadeForTest{Write: b.write.made.Load(), Read: b.read.made.Load(), Messages: b.spares.made.Load(),
 		Samples: b.samples.made.Load()}
