@@ -393,10 +393,14 @@ type cleaner struct {
 	hangover int64
 	loudTill int64 // capture index until which the speaker counts as playing (mute)
 	heard    bool  // the reference was audible since the last alignment: a re-alignment now costs learning
-	learned  int64 // capture samples of speaker sound the canceller has learnt from since the last alignment
+	learned  int64 // capture samples of speaker sound the canceller has learnt from since the last alignment or doubt
 	learnFor int64 // learnTime in capture samples
-	settled  bool  // the canceller has converged since the last alignment
-	suspect  bool  // the timestamps say the alignment moved; the canceller has not judged it yet
+	settled  bool  // the canceller is trusted: it measurably cancelled, and has not stopped since
+	doubting bool  // learning again because the canceller stopped cancelling (not because the alignment moved)
+	// relearns counts the times in a row the canceller was started afresh because it did not
+	// come to cancel; each doubles how long it is given next (see judge).
+	relearns int
+	suspect  bool // the timestamps say the alignment moved; the canceller has not judged it yet
 	// suspectFor counts the capture samples of speaker sound since the dispute began.
 	suspectFor int64
 	erle       erleMeter
@@ -425,6 +429,7 @@ type CleanStats struct {
 	Unknown     int64         // frames whose reference never came or was overwritten (muted)
 	Wary        int64         // frames protected because the latest timestamps hinted at a move
 	Rested      int64         // frames the canceller was left out of: the speaker silent for its filter's length and 2 s (pipeline/aec)
+	Doubts      int64         // times the canceller stopped cancelling with the timestamps saying the echo had not moved
 }
 
 func newCleaner(cfg CleanConfig, micRate int, log *slog.Logger) (*cleaner, error) {
@@ -573,35 +578,55 @@ func (c *cleaner) frameDone(frame []float32, fi frameInfo, k int64) {
 		outE := energy(frame)
 		near, echoOnly := c.talk.frame(fi, outE, c.settled && !c.suspect, n, c.micRate)
 		if fi.loud && echoOnly {
+			echo, known := c.talk.echo(fi.refE, c.micRate)
 			c.erle.add(fi.micE, outE, n, c.micRate)
+			if known {
+				c.erle.expect(echo, n)
+			}
 		} else {
 			// The user's voice says nothing about how well the echo is cancelled.
 			c.erle.quiet(n, c.micRate)
 		}
 		wary := c.align.hinted && !c.suspect
 		switch {
-		case near && (!c.settled || c.suspect || wary):
+		case c.doubting && !echoOnly || near && (!c.settled || c.suspect || wary):
 			// The user talks over the model, louder than its echo can be: let them through (the
-			// barge-in) rather than mute them until the canceller has judged or learnt.
+			// barge-in) rather than mute them until the canceller has judged or learnt. While
+			// the canceller is doubted, what is more than the echo passes too: the doubt may
+			// have been the user all along, and the echo itself still was the smaller part.
 			if fi.loud {
 				c.learned += n
 				c.suspectFor += n
 			}
 		case !c.settled:
-			// Until the canceller has converged (learnTime of speaker sound, or sooner when it
-			// measurably cancels) the echo would pass nearly whole and start a barge-in: the
-			// microphone is muted while the speaker plays, as in mute mode.
+			// Until the canceller measurably cancels the echo would pass and start a barge-in:
+			// the microphone is muted while the speaker plays, as in mute mode.
 			if fi.loud {
 				c.learned += n
 			}
-			if c.learned >= c.learnFor || (c.learned >= c.learnFor/4 && c.erle.enough(c.micRate) && c.erle.db() >= convergedDB) {
-				c.settled = true
+			if c.trusts() {
+				c.settled, c.relearns, c.doubting = true, 0, false
+				c.log.Debug("audio: the echo canceller cancels", "erle_db", math.Round(c.erle.db()),
+					"after_ms", c.learned*1000/int64(c.micRate))
 			}
 			c.muteWhileLoud(frame, loud, k)
 		case c.suspect:
 			if fi.loud {
 				c.suspectFor += n
 			}
+			c.muteWhileLoud(frame, loud, k)
+		case c.erle.enough(c.micRate) && c.erle.db() < cancelsDB && c.erle.onlyEcho(c.micRate):
+			// The canceller stopped cancelling while the timestamps say the echo did not move,
+			// and the microphone holds no more than the echo the room's loss predicts (not the
+			// user talking at the echo's level; while that loss is not known, no doubt): the
+			// room's own delay changed (a sound server in the path raised its latency) or the
+			// filter went astray. It learns again, protected as at the start, without forgetting
+			// what it knew: a speaker that only moved needs an adjustment, and a doubt that was
+			// the user after all costs nothing learnt.
+			c.log.Info("audio: the echo canceller no longer cancels; muted while the speaker plays until it does again",
+				"erle_db", math.Round(c.erle.db()))
+			c.settled, c.learned, c.doubting = false, 0, true
+			c.stats.Doubts++
 			c.muteWhileLoud(frame, loud, k)
 		case wary:
 			// The latest timestamps hint at a move the firm ones do not show yet: the echo may
@@ -613,6 +638,18 @@ func (c *cleaner) frameDone(frame []float32, fi frameInfo, k int64) {
 			c.drift.follow(c.proc, c.align, n, c.micRate)
 		}
 	}
+}
+
+// trusts says whether the canceller, learning, has shown that it cancels: by convergedDB after
+// a quarter of learnTime of speaker sound, or after learnTime by trustDB or an output too quiet
+// to be taken for anybody (quietDBFS: a microphone that does not hear the speaker, as with
+// headphones, has no echo to take down).
+func (c *cleaner) trusts() bool {
+	if !c.erle.enough(c.micRate) || c.learned < c.learnFor/4 {
+		return false
+	}
+	db := c.erle.db()
+	return db >= convergedDB || (c.learned >= c.learnFor && (db >= trustDB || c.erle.outDBFS() <= quietDBFS))
 }
 
 // muteWhileLoud silences the frame while the speaker is audible and for the hang-over after.
@@ -635,7 +672,11 @@ func (c *cleaner) mute(frame []float32, on bool, k int64) {
 // does not (the echo moved), measured as ERLE over the last half second of speaker sound.
 const (
 	convergedDB = 20 // learning is over sooner when the canceller reaches this
-	cancelsDB   = 10 // below this, the canceller does not cancel: the echo moved
+	trustDB     = 15 // ... and is over after learnTime only at this or better
+	cancelsDB   = 10 // below this, the canceller does not cancel: the echo moved, or its filter went astray
+	// quietDBFS: what the canceller lets through is this quiet or quieter, 15 dB under the
+	// barge-in detector's default level: nothing there to protect anybody from.
+	quietDBFS = -50
 )
 
 // judge brings the alignment up to date with the timestamps before a buffer is processed and
@@ -653,8 +694,19 @@ func (c *cleaner) judge(mic streamTiming) bool {
 			c.log.Info("audio: echo reference re-aligned: a device stream was reopened", "slips", a.slips)
 		}
 		return true
+	case c.cfg.Echo == EchoAEC && !c.settled && c.learned >= c.learnFor<<(1+c.relearns):
+		// Twice learnTime of speaker sound (then four, eight and sixteen times) and the
+		// canceller still does not cancel: its filter, or the alignment, is astray. It starts
+		// afresh at the timestamps' alignment, whether or not they dispute the held one.
+		c.relearns = min(c.relearns+1, 3)
+		c.relign(fmt.Sprintf("the canceller did not come to cancel (%.0f dB)", c.erle.db()))
+		return true
 	case !a.disputed():
 		c.suspect = false
+		return true
+	case c.doubting:
+		// The canceller stopped cancelling, and now the timestamps say why: the echo moved.
+		c.relign("the canceller stopped cancelling")
 		return true
 	case !c.heard:
 		// Nothing at stake: the speaker was silent since the last alignment (a stream's timing
@@ -705,7 +757,7 @@ func (c *cleaner) newOrigin() {
 	if c.proc != nil && c.heard {
 		c.proc.Reset()
 	}
-	c.heard, c.learned, c.settled, c.suspect = false, 0, false, false
+	c.heard, c.learned, c.settled, c.suspect, c.doubting = false, 0, false, false, false
 	c.erle.reset()
 	c.drift = drift{}
 }
@@ -727,6 +779,9 @@ func (c *cleaner) counters() CleanStats {
 // half-second memory that fades through silence too, so old evidence does not count.
 type erleMeter struct {
 	in, out, weight float64 // fading sums; weight counts the audible samples in them
+	// echo sums the echo the room's loss predicts for the same frames, over those where it
+	// is known (echoWeight samples): a microphone louder than that holds the user too.
+	echo, echoWeight float64
 }
 
 const erleMemory = 500 * time.Millisecond
@@ -734,6 +789,19 @@ const erleMemory = 500 * time.Millisecond
 func (e *erleMeter) fade(n int64, rate int) {
 	d := math.Exp(-float64(n) / (erleMemory.Seconds() * float64(rate)))
 	e.in, e.out, e.weight = e.in*d, e.out*d, e.weight*d
+	e.echo, e.echoWeight = e.echo*d, e.echoWeight*d
+}
+
+// expect adds the predicted echo of the n-sample frame add just counted.
+func (e *erleMeter) expect(echo float64, n int64) {
+	e.echo, e.echoWeight = e.echo+echo, e.echoWeight+float64(n)
+}
+
+// onlyEcho: over the frames counted, the microphone held no more than 1 dB above the echo the
+// room's loss predicts (more is the user talking at about the echo's level, which the talk
+// detector cannot tell from it); false while that prediction covers too little of them.
+func (e *erleMeter) onlyEcho(rate int) bool {
+	return e.echoWeight >= 0.2*float64(rate) && e.in <= 1.26*e.echo
 }
 
 // add counts an audible frame of n samples: its energy before and after the canceller.
@@ -748,6 +816,9 @@ func (e *erleMeter) reset()                  { *e = erleMeter{} }
 
 // enough: the speaker was audible for a quarter second or more of the last half second.
 func (e *erleMeter) enough(rate int) bool { return e.weight >= 0.2*float64(rate) }
+
+// outDBFS is the level of what the canceller let through in the frames counted.
+func (e *erleMeter) outDBFS() float64 { return 10 * math.Log10(e.out/max(e.weight, 1)+1e-12) }
 
 func (e *erleMeter) db() float64 { return 10 * math.Log10((e.in+1e-12)/(e.out+1e-12)) }
 
@@ -791,6 +862,15 @@ func (d *talkDetector) frame(fi frameInfo, outE float64, learn bool, n int64, ra
 	}
 	echo := d.erlMic / d.erlRef * d.ref
 	return d.mic > nearFactor*echo, d.mic <= echoOnlyFactor*echo
+}
+
+// echo is the echo the ERL predicts for a frame whose reference has energy refE; known is
+// false while the ERL is not.
+func (d *talkDetector) echo(refE float64, rate int) (echo float64, known bool) {
+	if !d.known(rate) {
+		return 0, false
+	}
+	return d.erlMic / d.erlRef * refE, true
 }
 
 // known: the ERL was measured over a quarter second or more.

@@ -502,7 +502,7 @@ func (m *Microphone) Close() error {
 		if m.clean != nil {
 			st := m.clean.counters()
 			m.link.log.Debug("audio: echo canceller at close", "frames", st.Frames, "muted", st.MutedFrames,
-				"slips", st.Slips, "waits", st.Waits, "waited", st.Waited, "unknown", st.Unknown, "rested", st.Rested)
+				"slips", st.Slips, "waits", st.Waits, "waited", st.Waited, "unknown", st.Unknown, "rested", st.Rested, "doubts", st.Doubts)
 			m.clean.close()
 		}
 		m.readMu.Unlock()
