@@ -545,6 +545,38 @@ func TestProbeLeavesNoPlugins(t *testing.T) {
 	}
 }
 
+// speechToHear starts the virtual card and makes speech to play into its microphone: the WAV
+// and the same at 16 kHz, to find in what is captured.
+func speechToHear(t *testing.T) (*testaudio.Card, string, []float32) {
+	t.Helper()
+	card := testaudio.Start(t)
+	speech := card.Speech(t, "Omnisat hears you. One, two, three, four, five.")
+	src, rate := readWAV(t, speech)
+	return card, speech, resampleTo(t, src, rate, OutputRate)
+}
+
+// captureWhilePlaying plays speech into the card's microphone and gathers what read returns
+// until half a second after it ended; elapsed is how long that took, in seconds.
+func captureWhilePlaying(t *testing.T, card *testaudio.Card, speech string, read func() []float32) (got []float32, elapsed float64) {
+	t.Helper()
+	played := make(chan error, 1)
+	go func() { played <- card.PlayInto(speech) }()
+	start := time.Now()
+	var end time.Time
+	for end.IsZero() || time.Now().Before(end) {
+		got = append(got, read()...)
+		select {
+		case err := <-played:
+			if err != nil {
+				t.Fatal(err)
+			}
+			end = time.Now().Add(500 * time.Millisecond)
+		default:
+		}
+	}
+	return got, time.Since(start).Seconds()
+}
+
 // TestMicrophoneCapture plays speech into the virtual room and finds it, intact, in what
 // Read returns at 16 kHz: with the device's own rate and latency, and with a rate and a
 // latency of the config's (longer device buffers, converted 3:1).
@@ -585,27 +617,13 @@ func testMicrophoneCapture(t *testing.T, card *testaudio.Card, speech string, re
 	}
 	t.Logf("first samples %v after opening (%d Hz, %d channels)", time.Since(opened).Round(time.Millisecond), mic.Rate(), mic.Stats().Channels)
 
-	played := make(chan error, 1)
-	go func() { played <- card.PlayInto(speech) }()
-	var got []float32
-	start := time.Now()
-	var end time.Time
-	for end.IsZero() || time.Now().Before(end) {
+	got, elapsed := captureWhilePlaying(t, card, speech, func() []float32 {
 		n, err := mic.Read(ctx, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, p[:n]...)
-		select {
-		case err := <-played:
-			if err != nil {
-				t.Fatal(err)
-			}
-			end = time.Now().Add(500 * time.Millisecond)
-		default:
-		}
-	}
-	elapsed := time.Since(start).Seconds()
+		return p[:n]
+	})
 	pace := float64(len(got)) / OutputRate / elapsed
 	t.Logf("read %d samples (%.2f s of audio) in %.2f s: %.3f× real time", len(got), float64(len(got))/OutputRate, elapsed, pace)
 	if pace < 0.8 || pace > 1.25 {
@@ -625,6 +643,74 @@ func testMicrophoneCapture(t *testing.T, card *testaudio.Card, speech string, re
 	}
 	if _, err := mic.Read(ctx, p); err != io.EOF {
 		t.Errorf("Read after Close: %v", err)
+	}
+}
+
+// TestReadPatiently: a patient reader gets the capture in whole blocks, the same audio Read
+// gives (the speech is found in it as in TestMicrophoneCapture, at real-time pace), and the
+// device's buffers wake the process once per block of several instead of once each.
+func TestReadPatiently(t *testing.T) {
+	card, speech, ref := speechToHear(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mic, err := OpenMicrophone(ctx, MicConfig{Device: "pulse", Channel: Mixdown}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mic.Close()
+	block := mic.PatientBlock()
+
+	// Plain reads for a second: a wake-up for every buffer, which gives the buffer's size.
+	p := make([]float32, block)
+	if _, err := mic.Read(ctx, p); err != nil { // the stream has started
+		t.Fatal(err)
+	}
+	before := mic.Stats()
+	for got := 0; got < OutputRate; {
+		n, err := mic.Read(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	plain := mic.Stats()
+	bufferFrames := float64(plain.Captured-before.Captured) / float64(max(plain.Wakes-before.Wakes, 1))
+	perBlock := float64(block) * float64(mic.Rate()) / OutputRate / bufferFrames
+	t.Logf("plain reads: %d wake-ups for %d frames: buffers of %.0f frames, %.1f to a block of %d samples",
+		plain.Wakes-before.Wakes, plain.Captured-before.Captured, bufferFrames, perBlock, block)
+	if perBlock < 2 {
+		t.Fatalf("the card's buffers (%.0f frames) are too long to gather %d-sample blocks of", bufferFrames, block)
+	}
+
+	// Patient reads while the speech plays: whole blocks, a wake-up for each.
+	got, elapsed := captureWhilePlaying(t, card, speech, func() []float32 {
+		n, err := mic.ReadPatiently(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != block {
+			t.Fatalf("a patient read returned %d samples, want a block of %d", n, block)
+		}
+		return p[:n]
+	})
+	after := mic.Stats()
+	wakes, blocks := after.Wakes-plain.Wakes, int64(len(got)/block)
+	buffers := float64(after.Captured-plain.Captured) / bufferFrames
+	t.Logf("patient reads: %d blocks, %.0f buffers, %d wake-ups", blocks, buffers, wakes)
+	if wakes > blocks+blocks/4+2 || float64(wakes) > 0.75*buffers {
+		t.Errorf("%d wake-ups for %d blocks (%.0f buffers)", wakes, blocks, buffers)
+	}
+	if pace := float64(len(got)) / OutputRate / elapsed; pace < 0.8 || pace > 1.25 {
+		t.Errorf("captured %.3f× real time", pace)
+	}
+	off, c := align(t, got, ref)
+	t.Logf("speech found at %.3f s, normalised correlation %.4f", float64(off)/OutputRate, c)
+	if c < 0.9 {
+		t.Errorf("correlation with the source %.3f < 0.9", c)
+	}
+	if st := mic.Stats(); st.Dropped != 0 || st.Losses != 0 {
+		t.Errorf("stats %+v", st)
 	}
 }
 

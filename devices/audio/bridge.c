@@ -3,7 +3,8 @@
 // take back (and its monitor spins on) at every buffer: ~1,000 wake-ups a second for a
 // microphone and a speaker. Here the callback only copies between the device buffer and a ring
 // in C memory, notes the buffer's converter time, and bumps an eventfd; a Go goroutine waiting
-// on that eventfd through the runtime's poller does the rest, once per buffer.
+// on that eventfd through the runtime's poller does the rest, once per buffer (or, for a
+// microphone whose reader waits for a longer block, once per block: see wakeAfter).
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -97,6 +98,14 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 		b->lost = 0;
 		__atomic_store_n(&b->w, w + frames, __ATOMIC_RELEASE);
 		__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
+		if (b->wakeAfter) {
+			// Go waits for a block of several buffers: let it sleep until the block is here,
+			// as long as two more buffers and their records still fit.
+			int64_t want = __atomic_load_n(b->wakeAfter, __ATOMIC_ACQUIRE);
+			uint64_t held = w + frames - r;
+			if (!flags && (int64_t)held < want && held + 2 * frames <= b->cap && rw + 3 - rr < OMNISAT_RECORDS)
+				return paContinue;
+		}
 	} else {
 		float *o = out;
 		if (rw - rr >= OMNISAT_RECORDS) {

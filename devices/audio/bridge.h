@@ -43,6 +43,11 @@ typedef struct {
 	int32_t channels;
 	int32_t input;
 	int32_t efd;
+	// input: when set, the callback wakes Go only once the frames Go has not taken reach this
+	// threshold (Go sets it, atomically, before it sleeps; 1 or less: every buffer), or when the
+	// ring or the records run short, or the host flags the buffer. The cell is the
+	// microphone's, not the stream's, so that Go may write it while a stream is replaced.
+	const int64_t *wakeAfter;
 } omnisatBridge;
 
 omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int graceMs, int fadeFrames);

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/omnisat/omnisat/devices"
@@ -101,6 +102,10 @@ type Microphone struct {
 	gain     float32
 	link     *link
 	ring     *ring
+	// wake is how many frames the stream's callback lets gather before it wakes the pump
+	// (ReadPatiently sets it); wakes counts the times it did.
+	wake  wakeCell
+	wakes atomic.Int64
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the supervisor has stopped
@@ -136,9 +141,10 @@ type Microphone struct {
 	silence      int64 // all silence delivered for losses
 }
 
-// readChunk is the most frames Read converts at a time: more than a device buffer of 100 ms
-// at 48 kHz, so that one buffer is one pass (and one call into the echo canceller).
-const readChunk = 8192
+// readChunk is the most frames Read converts at a time: two device buffers of 100 ms at 48 kHz,
+// so that one buffer, or a block ReadPatiently waits for, is one pass (and one call into the
+// echo canceller).
+const readChunk = 9600
 
 // MicStats are the microphone's counters.
 type MicStats struct {
@@ -149,7 +155,10 @@ type MicStats struct {
 	Output   int64 // 16 kHz samples Read returned, silence included
 	Silence  int64 // 16 kHz samples of silence returned while the device was lost
 	Losses   int64 // times the device was lost
-	Clean    CleanStats
+	// Wakes counts the times the device's buffers woke the process: one per buffer, or one per
+	// block while the reader reads patiently (ReadPatiently).
+	Wakes int64
+	Clean CleanStats
 }
 
 // OpenMicrophone opens the input device cfg names and starts capturing. onState (may be nil)
@@ -164,13 +173,14 @@ func OpenMicrophone(ctx context.Context, cfg MicConfig, onState func(ok bool, er
 	if err := paAcquire(); err != nil {
 		return nil, fmt.Errorf("open microphone %q: %w", cfg.Device, err)
 	}
-	m := &Microphone{cfg: cfg, gain: float32(math.Pow(10, cfg.GainDB/20))}
+	m := &Microphone{cfg: cfg, gain: float32(math.Pow(10, cfg.GainDB/20)), wake: newWakeCell()}
 	m.link = newLink("microphone", "read", cfg.Device, log, onState)
 	m.link.open = m.openStream
 	m.link.lost = m.setLost
 	m.link.back = m.setBack
 	if err := m.link.openStream(); err != nil {
 		paRelease()
+		m.wake.free()
 		return nil, fmt.Errorf("open microphone %q: %w", cfg.Device, err)
 	}
 	ctx, m.cancel = context.WithCancel(ctx)
@@ -207,12 +217,15 @@ func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
 				r.mark(ref.clock(info.at), rate, info.timeline(first))
 			}
 			first = false
+			if info.woke {
+				m.wakes.Add(1)
+			}
 			r.write(in)
 			link.moved(gen)
 		}
 		return 0
 	}
-	s, err := paOpen(dev, true, m.channels, lat, m.rate, captureFrames(m.cfg.FramesPerBuffer, lat, m.rate), cb, nil, func() { link.finished(gen) })
+	s, err := paOpen(dev, true, m.channels, lat, m.rate, captureFrames(m.cfg.FramesPerBuffer, lat, m.rate), cb, nil, m.wake, func() { link.finished(gen) })
 	if err != nil {
 		return nil, dev.name, err
 	}
@@ -286,24 +299,52 @@ func (m *Microphone) setBack() {
 // type's notes for what happens while the device is lost. It returns ctx.Err() when ctx ends
 // first, and io.EOF once the microphone is closed (what was still buffered is dropped).
 func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
+	return m.read(ctx, p, false)
+}
+
+// ReadPatiently is Read for a reader that can wait (agent.PatientSource): it returns once p is
+// full, or once it has a block of as much as it converts in one pass (PatientBlock), so that
+// the device's buffers wake the reader and the echo canceller once per block rather than
+// once each (a block of four 50 ms buffers: a fourth of the wake-ups). While the device is lost
+// it returns what it has, as Read does.
+func (m *Microphone) ReadPatiently(ctx context.Context, p []float32) (int, error) {
+	return m.read(ctx, p[:min(len(p), m.PatientBlock())], true)
+}
+
+// PatientBlock is the most ReadPatiently returns at once: whole 10 ms frames (the echo
+// canceller's) within readChunk device frames, 200 ms at 48 kHz.
+func (m *Microphone) PatientBlock() int {
+	frame := OutputRate / 100
+	return max(frame, readChunk*OutputRate/max(m.rate, 1)/frame*frame)
+}
+
+func (m *Microphone) read(ctx context.Context, p []float32, patient bool) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	m.readMu.Lock()
 	defer m.readMu.Unlock()
+	defer m.wake.set(1) // a plain Read, or anyone else, is woken at every buffer
+	n := 0
 	for {
 		select {
 		case <-m.done:
+			if n > 0 {
+				m.delivered += int64(n)
+				return n, nil
+			}
 			return 0, io.EOF
 		default:
 		}
-		if n := m.fill(p); n > 0 {
+		n += m.fill(p[n:])
+		if n == len(p) || (n > 0 && !patient) {
 			m.delivered += int64(n)
 			return n, nil
 		}
 		now := time.Now()
-		n, wait := m.fillSilence(p, now)
-		if n > 0 {
+		k, wait := m.fillSilence(p[n:], now)
+		if k > 0 || (n > 0 && m.isLost()) {
+			n += k
 			m.delivered += int64(n)
 			return n, nil
 		}
@@ -336,7 +377,8 @@ func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
 		}
 		// Sleep until the device delivers (the callback, or a loss, wakes the ring), the
 		// speaker records more, or, while the device is lost, until the next block of silence
-		// is due.
+		// is due. A patient reader's callback lets the rest of its block gather first.
+		m.wake.set(m.gather(len(p)-n, patient && played == nil))
 		var due <-chan time.Time
 		if wait > 0 {
 			m.timer.Reset(wait)
@@ -345,6 +387,10 @@ func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
 		select {
 		case <-ctx.Done():
 			m.timer.Stop()
+			if n > 0 {
+				m.delivered += int64(n)
+				return n, nil
+			}
 			return 0, ctx.Err()
 		case <-m.done:
 		case <-m.ring.notify:
@@ -353,6 +399,24 @@ func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
 		}
 		m.timer.Stop()
 	}
+}
+
+// gather is how many device frames the stream's callback may let gather before it wakes the
+// pump, for a reader that still wants need samples: all of them when it is patient (the
+// capture has run through the resampler and the canceller up to here, so need samples take
+// need·rate/OutputRate frames more), one buffer otherwise.
+func (m *Microphone) gather(need int, patient bool) int64 {
+	if !patient || need <= 0 {
+		return 1
+	}
+	return max(1, int64(math.Ceil(float64(need)*float64(m.rate)/OutputRate)))
+}
+
+// isLost reports whether the device is lost (its silence stands in).
+func (m *Microphone) isLost() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lost
 }
 
 // endRefWait notes that Read no longer waits for the speaker's record (now: zero for the
@@ -483,7 +547,7 @@ func (m *Microphone) Stats() MicStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return MicStats{Rate: m.rate, Channels: m.channels, Captured: written, Dropped: dropped,
-		Output: out, Silence: m.silence, Losses: m.link.losses.Load(), Clean: clean}
+		Output: out, Silence: m.silence, Losses: m.link.losses.Load(), Wakes: m.wakes.Load(), Clean: clean}
 }
 
 // Close stops capturing and releases the device; Read then returns io.EOF. It waits for the
@@ -499,6 +563,10 @@ func (m *Microphone) Close() error {
 		}
 		m.ring.wake()
 		m.readMu.Lock() // Read sees done and returns; the cleaner's C state can go
+		if err == nil { // no stream is left to read the cell (an abandoned one may: it stays)
+			m.wake.free()
+			m.wake = wakeCell{}
+		}
 		if m.clean != nil {
 			st := m.clean.counters()
 			m.link.log.Debug("audio: echo canceller at close", "frames", st.Frames, "muted", st.MutedFrames,

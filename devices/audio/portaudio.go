@@ -338,6 +338,12 @@ type outputHooks struct {
 // first, so neither an interrupt nor the start of a reply waits behind it.
 const outputAhead = 80 * time.Millisecond
 
+// silentAhead is how much silence an output stream keeps queued while it has nothing else to
+// play: more than a patient microphone's block (Microphone.PatientBlock, 200 ms at 48 kHz) and
+// a device buffer, so that the microphone, which services the speaker at each block it reads,
+// keeps the pump from waking at all.
+const silentAhead = 300 * time.Millisecond
+
 // bufferInfo is what the bridge noted about one device buffer.
 type bufferInfo struct {
 	// at is when its first frame met the converter, in seconds on PortAudio's stream clock
@@ -350,6 +356,9 @@ type bufferInfo struct {
 	// xrun: the host reported an overflow or underflow before it (ALSA restarted the device),
 	// so the stream's timeline jumped by an amount nobody counted.
 	xrun bool
+	// woke (input): the callback woke the pump for this buffer's batch, of which it is the
+	// first: one per buffer, or one per block for a patient reader (Microphone.ReadPatiently).
+	woke bool
 }
 
 // xrunFlags are PortAudio's callback flags that say samples were lost or inserted by the host.
@@ -382,11 +391,12 @@ func inputRingFrames(rate, framesPerBuffer int) int {
 }
 
 // outputRingFrames is the room of an output bridge's ring. The pump keeps the larger of
-// outputAhead and two device buffers queued in it, and a device buffer is the one asked for or
-// at most about the latency asked for: four of either and a quarter of a second leave room to
-// spare, where a second of stereo at 48 kHz kept 384 KB for 80 ms of use.
+// outputAhead and two device buffers queued in it (silentAhead while silent), and a device
+// buffer is the one asked for or at most about the latency asked for: four of either, and
+// silentAhead and a tenth of a second, leave room to spare, where a second of stereo at 48 kHz
+// kept 384 KB.
 func outputRingFrames(latency time.Duration, rate, framesPerBuffer int) int {
-	return max(int(max(4*latency.Seconds(), 0.25)*float64(rate)), 4*framesPerBuffer)
+	return max(int(max(4*latency.Seconds(), silentAhead.Seconds()+0.1)*float64(rate)), 4*framesPerBuffer)
 }
 
 // paOpen opens and starts a stream on a device; out (output streams only) is what its Go side
@@ -394,7 +404,7 @@ func outputRingFrames(latency time.Duration, rate, framesPerBuffer int) int {
 // stream's pump goroutine (an output stream's also where Speaker.service runs it). Called
 // under paDo.
 func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate, framesPerBuffer int,
-	fn streamCallback, out *outputHooks, finished func()) (*paStream, error) {
+	fn streamCallback, out *outputHooks, wake wakeCell, finished func()) (*paStream, error) {
 	// An output callback may wait for Go up to half its buffer's latency (at most 25 ms).
 	grace := min(25, max(2, int(latency.Milliseconds()/2)))
 	fade := max(1, int(pipeline.PlaybackFade.Seconds()*float64(rate)))
@@ -405,6 +415,9 @@ func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate,
 	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.uint64_t(max(4096, frames)), C.int(grace), C.int(fade))
 	if b == nil {
 		return nil, fmt.Errorf("open stream on %q: no memory for its buffers", dev.name)
+	}
+	if input {
+		b.wakeAfter = wake.p
 	}
 	var s unsafe.Pointer // a *C.PaStream, which is a void*
 	code := C.omnisatOpen(&s, C.int(dev.index), C.int(channels), boolInt(input), C.double(latency.Seconds()),
@@ -428,6 +441,24 @@ func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate,
 	}
 	return st, nil
 }
+
+// wakeCell holds how many frames an input stream's callback lets gather before it wakes the
+// pump (bridge.h, wakeAfter): the microphone's, in C memory, so that it outlives each stream
+// and Read may set it while the supervisor replaces a stream. The zero cell (no memory) leaves
+// the callback waking the pump at every buffer.
+type wakeCell struct{ p *C.int64_t }
+
+func newWakeCell() wakeCell { return wakeCell{(*C.int64_t)(C.calloc(1, C.sizeof_int64_t))} }
+
+// set stores the threshold in frames (1 or less: every buffer).
+func (c wakeCell) set(frames int64) {
+	if c.p != nil {
+		atomic.StoreInt64((*int64)(unsafe.Pointer(c.p)), frames)
+	}
+}
+
+// free releases the cell; no stream may use it any more.
+func (c wakeCell) free() { C.free(unsafe.Pointer(c.p)) }
 
 // counter is a pointer to one of the bridge's counters, for atomic access.
 func counter(p *C.uint64_t) *uint64 { return (*uint64)(unsafe.Pointer(p)) }
@@ -461,14 +492,16 @@ func (s *paStream) pump(fn streamCallback, finished func(), channels int, input 
 		}
 		if input {
 			rw := atomic.LoadUint64(counter(&b.rw))
-			for ; rr < rw; rr++ {
+			for first := rr; rr < rw; rr++ {
 				rec := records[rr%C.OMNISAT_RECORDS]
 				n := int(rec.frames) * channels
 				if cap(scratch) < n {
 					scratch = make([]float32, n)
 				}
 				ringRead(ring, int(rec.pos)*channels, scratch[:n])
-				fn(scratch[:n], nil, recordInfo(rec))
+				info := recordInfo(rec)
+				info.woke = rr == first
+				fn(scratch[:n], nil, info)
 				atomic.StoreUint64(counter(&b.r), uint64(rec.pos+rec.frames))
 			}
 			atomic.StoreUint64(counter(&b.rr), rr)
@@ -490,15 +523,16 @@ type outputPump struct {
 	mu     sync.Mutex
 	closed bool // the stream is closed: the bridge is gone
 
-	b         *C.omnisatBridge
-	ring      []float32
-	records   []C.omnisatRecord
-	channels  int
-	rate      float64
-	fn        streamCallback
-	hooks     outputHooks
-	flushSeen int64  // the flush count last passed on
-	ahead     uint64 // frames to keep queued
+	b           *C.omnisatBridge
+	ring        []float32
+	records     []C.omnisatRecord
+	channels    int
+	rate        float64
+	fn          streamCallback
+	hooks       outputHooks
+	flushSeen   int64  // the flush count last passed on
+	ahead       uint64 // frames to keep queued
+	silentAhead uint64 // frames of silence to keep queued when there is nothing else to play
 
 	w, rr      uint64          // frames written; records read
 	soundTo    uint64          // the ring position after the last frame of sound written
@@ -512,7 +546,7 @@ type outputPump struct {
 func newOutputPump(b *C.omnisatBridge, channels, rate int, fn streamCallback, hooks outputHooks) *outputPump {
 	o := &outputPump{b: b, channels: channels, rate: float64(rate), fn: fn, hooks: hooks,
 		ring: bridgeRing(b, channels), records: bridgeRecords(b),
-		ahead: uint64(outputAhead.Seconds() * float64(rate))}
+		ahead: uint64(outputAhead.Seconds() * float64(rate)), silentAhead: uint64(silentAhead.Seconds() * float64(rate))}
 	if hooks.flushes != nil {
 		o.flushSeen = hooks.flushes.Load() // flushes before this stream have nothing to drop here
 	}
@@ -579,6 +613,12 @@ func (o *outputPump) service() {
 		return // what is queued now would be dropped with the rest: refill once the callback has cut
 	}
 	target := max(2*o.maxFrames, o.ahead)
+	if o.soundTo <= r && (o.hooks.sound == nil || !o.hooks.sound()) {
+		// Nothing but silence to play: queue more of it, so that a microphone reading in
+		// blocks (ReadPatiently) tops the ring up before the callback would wake the pump.
+		// A reply drops it first (above), so it waits behind none of it.
+		target = max(target, min(o.silentAhead, uint64(b.cap)-2*o.maxFrames))
+	}
 	if queued >= target {
 		return
 	}

@@ -193,7 +193,7 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			first = false
 		}
 		hooks := &outputHooks{played: played, flushes: &s.flushes, sound: func() bool { return pb.Pending() > 0 }}
-		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb, hooks, func() { link.finished(gen) })
+		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb, hooks, wakeCell{}, func() { link.finished(gen) })
 		if err != nil {
 			errs = append(errs, err)
 			continue
