@@ -18,6 +18,16 @@ type AudioSource interface {
 	Read(ctx context.Context, p []float32) (int, error)
 }
 
+// PatientSource is an AudioSource that can hold its capture back until a block of several
+// device buffers has come (audio.Microphone): ReadPatiently returns once p is full or the
+// source has gathered as much as it hands over at once, so that the device's buffers wake the
+// reader once per block instead of once each. The agent reads patiently only while nothing
+// needs the microphone sooner (see captureLoop).
+type PatientSource interface {
+	AudioSource
+	ReadPatiently(ctx context.Context, p []float32) (int, error)
+}
+
 // FrameSource is the camera after the pipeline: the newest encoded JPEG frame.
 type FrameSource interface {
 	// Latest returns the newest frame, or ok=false when there is none (no camera, or it is lost).

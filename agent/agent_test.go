@@ -1369,3 +1369,80 @@ func TestBargeIn(t *testing.T) {
 		})
 	}
 }
+
+// patientRecorder is a PatientSource over the paced ramp that notes which kind of read the
+// agent made each time (true: patient).
+type patientRecorder struct {
+	agent.AudioSource
+	mu    sync.Mutex
+	calls []bool
+}
+
+func (r *patientRecorder) note(patient bool) {
+	r.mu.Lock()
+	r.calls = append(r.calls, patient)
+	r.mu.Unlock()
+}
+
+func (r *patientRecorder) Read(ctx context.Context, p []float32) (int, error) {
+	r.note(false)
+	return r.AudioSource.Read(ctx, p)
+}
+
+func (r *patientRecorder) ReadPatiently(ctx context.Context, p []float32) (int, error) {
+	r.note(true)
+	return r.AudioSource.Read(ctx, p)
+}
+
+// after waits until n reads have been made after the first `from`, and returns those.
+func (r *patientRecorder) after(t *testing.T, from, n int) []bool {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		r.mu.Lock()
+		if len(r.calls) >= from+n {
+			got := slices.Clone(r.calls[from : from+n])
+			r.mu.Unlock()
+			return got
+		}
+		r.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d reads after %d", len(r.calls)-from, from)
+		}
+	}
+}
+
+func (r *patientRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}
+
+// A source that can hold its capture back for a block (a PortAudio microphone) is read
+// patiently only while nothing needs the audio sooner: not before a session streams, not while
+// muted, not while a reply plays (barge-in looks at every buffer). The read in flight when a
+// condition changes may be of either kind; the ones after it must follow the condition.
+func TestPatientReadsOnlyWhenNothingWaits(t *testing.T) {
+	src := &patientRecorder{AudioSource: devices.NewPacedSource(ramp(16000*60), 16000, false, 4)}
+	h := newHarness(t, setup{source: src})
+	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
+	if first := src.after(t, 0, 1); first[0] {
+		t.Error("the first read, before any session, was patient")
+	}
+	check := func(what string, want bool) {
+		t.Helper()
+		from := src.count() + 1 // the read in flight decided before the change
+		for i, patient := range src.after(t, from, 6) {
+			if patient != want {
+				t.Fatalf("%s: read %d after the change was patient=%v", what, i, patient)
+			}
+		}
+	}
+	check("streaming, the speaker silent", true)
+	h.sup.Mute(true)
+	check("muted", false)
+	h.sup.Mute(false)
+	check("unmuted", true)
+	h.speaker.Play(make([]float32, 3*24000)) // three seconds to play, at the speaker's real time
+	check("a reply playing", false)
+	h.stop()
+}

@@ -34,7 +34,8 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 	if *s.cfg.BargeIn.Enabled {
 		barge = newBargeInVAD(s.cfg.BargeIn)
 	}
-	buf := make([]float32, readBlock)
+	patientSrc, _ := s.audio.(PatientSource)
+	buf := make([]float32, max(readBlock, patientBlock))
 	var seq uint64
 	cur := s.chunkBufs.get()
 	var frames [][]byte
@@ -52,10 +53,20 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		// Never ask past the chunk's end: a source that waits to fill the buffer then hands the
 		// chunk over the moment its last sample is captured.
 		want := readBlock
+		patient := patientSrc != nil && s.canWait(framesEvery)
+		if patient {
+			want = patientBlock
+		}
 		if room := chunkSamples - len(cur); room > 0 {
 			want = min(want, room)
 		}
-		n, err := s.audio.Read(ctx, buf[:want])
+		var n int
+		var err error
+		if patient {
+			n, err = patientSrc.ReadPatiently(ctx, buf[:want])
+		} else {
+			n, err = s.audio.Read(ctx, buf[:want])
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -159,6 +170,18 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// canWait reports whether the next read may wait for a block of several device buffers
+// (PatientSource): a session is streaming (no voice to wait for to start one), the model is not
+// being heard (barge-in looks at every buffer), nothing is muted (a read that straddles a mute
+// or an unmute goes as silence whole: blocks stay short around them), and frames are not
+// sampled within a chunk (they are taken as the chunk's audio reaches them). The chunk's end
+// still cuts the block, so a chunk leaves when its last buffer comes, as before; what waits is
+// voice detection's report (the speech flag in the status), by up to a block.
+func (s *Supervisor) canWait(framesEvery int) bool {
+	return s.active.Load() != nil && !s.muted.Load() && (framesEvery == 0 || s.cfg.FramesPerChunk <= 1) &&
+		s.speaker.Pending() == 0
 }
 
 // chunkSamples is how many samples a chunk holds: cfg.Chunk, or for OpenVoice, whose VAD judges

@@ -23,6 +23,9 @@ const (
 	// one wake-up), and a source that waits for the whole buffer is not waited on for longer
 	// than this (interrupts and barge-in are cut at step grain either way).
 	readBlock = inputRate / 10 // 100 ms
+	// patientBlock is the most a patient read asks for (PatientSource): about what a
+	// microphone gathers at once (200 ms at 48 kHz), and a chunk's end cuts it shorter.
+	patientBlock = inputRate / 5
 	// sendTimeout bounds one Send while the sender holds sendMu.
 	sendTimeout = time.Second
 )
