@@ -385,12 +385,12 @@ func TestEchoDisputeLetsTheUserThrough(t *testing.T) {
 }
 
 // TestEchoRelearningLetsTheUserThrough: the echo really moves and the canceller learns again;
-// the user starts talking half a second later, while it still learns, at about the echo's level.
-// They reach the output from their first syllables, not once learning is over.
+// the user starts talking half a second later, while it still learns. They reach the output
+// from their first syllables, not once learning is over.
 func TestEchoRelearningLetsTheUserThrough(t *testing.T) {
 	g := defaultRig()
 	g.moveAt, g.move = 12*16000, 320
-	userOverEcho(t, g, 12*16000+8000, 0.5, 2)
+	userOverEcho(t, g, 12*16000+8000, 1, 2)
 }
 
 // userOverEcho plays 3 s of the user at gain from capture index from in the rig and wants it

@@ -589,12 +589,13 @@ func (c *cleaner) frameDone(frame []float32, fi frameInfo, k int64) {
 		}
 		wary := c.align.hinted && !c.suspect
 		switch {
-		case !c.settled && !echoOnly || near && (c.suspect || wary):
+		case c.doubting && !echoOnly || near && (!c.settled || c.suspect || wary):
 			// The user talks over the model, louder than its echo can be: let them through (the
-			// barge-in) rather than mute them until the canceller has judged or learnt. While it
-			// learns with the room's loss known (again, after a re-alignment or a doubt), what
-			// is 3 dB over the echo passes: the echo is the smaller part of it, and learning
-			// can last, where a user who starts softly must not wait for it.
+			// barge-in) rather than mute them until the canceller has judged or learnt. While
+			// the canceller is doubted, what is 3 dB over the echo passes as well: the alignment
+			// did not move, so the room's loss predicts the echo well, and the doubt may have
+			// been the user all along. (After a re-alignment it may not predict it well enough,
+			// and 3 dB let the echo through on the virtual card: there only 6 dB passes.)
 			if fi.loud {
 				c.learned += n
 				c.suspectFor += n
