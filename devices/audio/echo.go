@@ -1,6 +1,7 @@
 package audio
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -625,10 +626,14 @@ func (c *cleaner) frameDone(frame []float32, fi frameInfo, k int64) {
 			// filter went astray. It learns again, protected as at the start, without forgetting
 			// what it knew: a speaker that only moved needs an adjustment, and a doubt that was
 			// the user after all costs nothing learnt.
-			c.log.Info("audio: the echo canceller no longer cancels; muted while the speaker plays until it does again",
-				"erle_db", math.Round(c.erle.db()))
 			c.settled, c.learned, c.doubting = false, 0, true
 			c.stats.Doubts++
+			level := slog.LevelDebug
+			if c.stats.Doubts&(c.stats.Doubts-1) == 0 { // the 1st, 2nd, 4th, 8th...: a room that keeps doing it does not flood the log
+				level = slog.LevelInfo
+			}
+			c.log.Log(context.Background(), level, "audio: the echo canceller no longer cancels; muted while the speaker plays until it does again",
+				"erle_db", math.Round(c.erle.db()), "doubts", c.stats.Doubts)
 			c.muteWhileLoud(frame, loud, k)
 		case wary:
 			// The latest timestamps hint at a move the firm ones do not show yet: the echo may
