@@ -603,24 +603,31 @@ func TestSessionsShareTheirBuffers(t *testing.T) {
 	var first realtime.BuffersMadeForTest
 	for i := range 3 {
 		s := dial(t, cfg)
-		var deltas atomic.Int64
+		var deltas, answers atomic.Int64
 		events := make(chan struct{})
 		go func() { // the speaker's part: done with each delta, it hands the samples back
 			defer close(events)
 			for ev := range s.Events() {
-				if d, ok := ev.(realtime.AudioDelta); ok {
-					s.(realtime.AudioRecycler).RecycleAudio(d.Samples)
+				switch ev := ev.(type) {
+				case realtime.AudioDelta:
+					s.(realtime.AudioRecycler).RecycleAudio(ev.Samples)
 					deltas.Add(1)
+					answers.Add(1)
+				case realtime.Listen:
+					answers.Add(1)
 				}
 			}
 		}()
 		sent := uint64(0)
-		sendOne := func(a []float32) { // one at a time: a message's buffer is kept before the next
+		// One at a time: a message's buffer is kept, and the server's answer to it (a listen or
+		// a reply delta) handed back, before the next goes. A delta still held while the next
+		// is decoded needs a second buffer, which would make the count depend on timing.
+		sendOne := func(a []float32) {
 			sent++
 			send(t, s, realtime.Chunk{ID: sent, Audio: a})
-			for deadline := time.Now().Add(10 * time.Second); s.Stats().ChunksDelivered < sent; time.Sleep(time.Millisecond) {
+			for deadline := time.Now().Add(10 * time.Second); s.Stats().ChunksDelivered < sent || answers.Load() < int64(sent); time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
-					t.Fatalf("session %d: %d of %d chunks delivered", i, s.Stats().ChunksDelivered, sent)
+					t.Fatalf("session %d: %d of %d chunks delivered, %d answered", i, s.Stats().ChunksDelivered, sent, answers.Load())
 				}
 			}
 		}
