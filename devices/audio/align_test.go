@@ -250,6 +250,23 @@ func TestMicrophoneCleansAtTheOutputRate(t *testing.T) {
 	}
 }
 
+// TestEchoDriftReadOnTheCancellersThread: the drift follower's look at the echo path, twice a
+// second while the canceller runs, is read by the canceller's thread as a block ends: Go never
+// calls into speexdsp for it (each such call woke the runtime's monitor thread out of its
+// sleep, a few wake-ups a look).
+func TestEchoDriftReadOnTheCancellersThread(t *testing.T) {
+	const rate = 48000
+	g, m, ref := micRig(t, rate, signaltest.SpeechLike(rate, 7*time.Second, 17), 17)
+	g.run(t, m.clean, ref, 6*rate, 0)
+	c := m.clean
+	if !c.drift.have {
+		t.Fatal("the drift follower never looked at the echo path")
+	}
+	if n := c.proc.EchoDelayCalls(); n != 0 {
+		t.Errorf("%d of the drift follower's looks called into speexdsp from Go", n)
+	}
+}
+
 // TestEchoAfterTheSpeakerRested: a 48 kHz speaker that talks in bursts with long silences
 // between them, cleaned through the microphone's reader at 16 kHz. While the speaker is silent
 // its record goes to the microphone's rate without products and the canceller rests; each

@@ -545,6 +545,9 @@ func (c *cleaner) run(dst []float32, mic streamTiming, force bool) []float32 {
 	dst = append(dst, c.acc[:n*f]...)
 	out := dst[at:]
 	if c.proc != nil {
+		if c.cfg.Echo == EchoAEC && c.drift.dueWithin(int64(n*f), c.micRate) {
+			c.proc.WantEchoDelay() // read on the canceller's thread: no call into C from Go
+		}
 		c.proc.Process(out, out, ref[:n*f]) // cannot fail: whole frames, the sizes match
 	}
 	for i := range n {
@@ -911,6 +914,14 @@ type drift struct {
 	have   bool
 }
 
+// dueWithin says whether follow may look at the echo path within the next samples (it looks
+// once driftPeriod of frames have been followed since the last look).
+func (d *drift) dueWithin(samples int64, rate int) bool {
+	return d.since+samples >= driftSamples(rate)
+}
+
+func driftSamples(rate int) int64 { return int64(driftPeriod.Seconds() * float64(rate)) }
+
 const (
 	driftPeriod = 500 * time.Millisecond
 	driftGain   = 0.2
@@ -919,8 +930,7 @@ const (
 )
 
 func (d *drift) follow(proc *aec.Processor, a *echoAligner, frame int64, rate int) {
-	period := int64(driftPeriod.Seconds() * float64(rate))
-	if d.since += frame; d.since < period {
+	if d.since += frame; d.since < driftSamples(rate) {
 		return
 	}
 	d.since = 0
@@ -938,7 +948,7 @@ func (d *drift) follow(proc *aec.Processor, a *echoAligner, frame int64, rate in
 	d.last = peakAt
 	// An echo that arrives later than where it was learnt (the peak moved up) wants an older
 	// reference: the offset falls.
-	a.offsetRate = -math.Max(-driftMax, math.Min(driftMax, driftGain*(peakAt-d.origin)/float64(period)))
+	a.offsetRate = -math.Max(-driftMax, math.Min(driftMax, driftGain*(peakAt-d.origin)/float64(driftSamples(rate))))
 }
 
 // The aligner hands the canceller the reference alignLead ahead of the computed alignment, so

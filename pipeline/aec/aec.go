@@ -203,13 +203,16 @@ static void process(SpeexEchoState *echo, SpeexPreprocessState *pre, quiet *q, i
 }
 
 // A worker thread runs process for Go (see the package comment for why): Go posts a job by
-// bumping jobfd with a raw write and sleeps in the runtime's poller on donefd.
+// bumping jobfd with a raw write and sleeps in the runtime's poller on donefd. A job with
+// want_ir set also reads the echo path estimate into ir as it ends (for EchoDelay).
 typedef struct {
 	SpeexEchoState *echo;
 	SpeexPreprocessState *pre;
 	quiet *quiet;
 	int frame, frames;
 	spx_int16_t *mic, *ref, *out;
+	spx_int32_t *ir;
+	int want_ir;
 	int jobfd, donefd;
 	int stop;
 	pthread_t thread;
@@ -227,6 +230,8 @@ static void *work(void *p) {
 		if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
 			return NULL;
 		process(w->echo, w->pre, w->quiet, w->frame, w->frames, w->mic, w->ref, w->out);
+		if (w->want_ir && w->echo)
+			echo_ir(w->echo, w->ir);
 		uint64_t one = 1;
 		ssize_t n = write(w->donefd, &one, sizeof one);
 		(void)n;
@@ -366,6 +371,10 @@ type Processor struct {
 	mic, ref, out []int16
 	irBuf         unsafe.Pointer // the echo path estimate, for EchoDelay
 	ir            []int32
+	// irWanted: the next Process reads the estimate into ir on the worker (WantEchoDelay);
+	// irFresh: ir holds the estimate as the last Process left it.
+	irWanted, irFresh bool
+	irCalls           int64 // EchoDelay's own calls into speexdsp (the tests count them)
 	// The worker thread (nil: Process calls speexdsp itself), the file of its done counter and
 	// the wait on it in the runtime's poller.
 	worker *C.worker
@@ -481,7 +490,11 @@ func (p *Processor) Process(out, mic, ref []float32) error {
 	}
 	micP, refP, outP := (*C.spx_int16_t)(unsafe.Pointer(&mic16[0])), (*C.spx_int16_t)(unsafe.Pointer(&ref16[0])),
 		(*C.spx_int16_t)(unsafe.Pointer(&p.out[0]))
-	if !p.onWorker(n, micP, refP, outP) {
+	wantIR := p.irWanted && p.irBuf != nil
+	p.irWanted, p.irFresh = false, false
+	if p.onWorker(n, micP, refP, outP, wantIR) {
+		p.irFresh = wantIR
+	} else {
 		C.process(p.echo, p.pre, p.quiet, C.int(p.frame), C.int(n), micP, refP, outP)
 	}
 	for i, v := range buf {
@@ -511,14 +524,16 @@ func (p *Processor) stopWorker() {
 	}
 }
 
-// onWorker runs the job on the worker thread and waits for it; false when there is no worker
-// (or posting the job failed: the caller runs it itself).
-func (p *Processor) onWorker(frames int, mic, ref, out *C.spx_int16_t) bool {
+// onWorker runs the job on the worker thread and waits for it (reading the echo path
+// estimate as it ends when wantIR); false when there is no worker (or posting the job failed:
+// the caller runs it itself).
+func (p *Processor) onWorker(frames int, mic, ref, out *C.spx_int16_t, wantIR bool) bool {
 	w := p.worker
 	if w == nil {
 		return false
 	}
 	w.frames, w.mic, w.ref, w.out = C.int(frames), mic, ref, out
+	w.ir, w.want_ir = (*C.spx_int32_t)(p.irBuf), boolInt(wantIR)
 	one := uint64(1)
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(w.jobfd), uintptr(unsafe.Pointer(&one)), 8); errno != 0 {
 		return false
@@ -541,22 +556,18 @@ func (p *Processor) onWorker(frames int, mic, ref, out *C.spx_int16_t) bool {
 // fraction, interpolated) after the reference; ok is false without echo cancellation. Followed
 // over time it shows the echo drifting against the reference (two clocks, or a resampler in
 // the path), which the canceller itself only chases and never catches.
+//
+// After WantEchoDelay and a Process it reads what the worker thread read as the job ended;
+// otherwise it asks speexdsp itself, a call into C from Go, which wakes the runtime's monitor
+// thread out of its sleep (a few wake-ups each time).
 func (p *Processor) EchoDelay() (samples float64, ok bool) {
-	if p.echo == nil {
+	if !p.irRoom() {
 		return 0, false
 	}
-	if p.irBuf == nil {
-		n := int(C.echo_ir_size(p.echo))
-		if n <= 2 {
-			return 0, false
-		}
-		p.irBuf = C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.spx_int32_t(0))))
-		if p.irBuf == nil {
-			return 0, false
-		}
-		p.ir = unsafe.Slice((*int32)(p.irBuf), n)
+	if !p.irFresh {
+		p.irCalls++
+		C.echo_ir(p.echo, (*C.spx_int32_t)(p.irBuf))
 	}
-	C.echo_ir(p.echo, (*C.spx_int32_t)(p.irBuf))
 	best := 1
 	for i := 1; i < len(p.ir)-1; i++ {
 		if abs32(p.ir[i]) > abs32(p.ir[best]) {
@@ -574,9 +585,40 @@ func (p *Processor) EchoDelay() (samples float64, ok bool) {
 
 func abs32(v int32) int64 { return max(int64(v), -int64(v)) }
 
+// WantEchoDelay asks the next Process to read the echo path estimate on the worker thread as
+// it ends, so that EchoDelay after it makes no call into C (a caller that looks every few
+// blocks asks before the block it will look after).
+func (p *Processor) WantEchoDelay() {
+	p.irWanted = p.irRoom()
+}
+
+// EchoDelayCalls is how many times EchoDelay called into speexdsp itself, from Go (the rest it
+// read from what the worker read): each such call wakes the runtime's monitor thread.
+func (p *Processor) EchoDelayCalls() int64 { return p.irCalls }
+
+// irRoom allocates the estimate's buffer once; false without echo cancellation (or memory).
+func (p *Processor) irRoom() bool {
+	if p.echo == nil {
+		return false
+	}
+	if p.irBuf == nil {
+		n := int(C.echo_ir_size(p.echo))
+		if n <= 2 {
+			return false
+		}
+		p.irBuf = C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.spx_int32_t(0))))
+		if p.irBuf == nil {
+			return false
+		}
+		p.ir = unsafe.Slice((*int32)(p.irBuf), n)
+	}
+	return true
+}
+
 // Reset forgets what the canceller learnt (after the echo path changed beyond repair, e.g.
 // a device was re-opened).
 func (p *Processor) Reset() {
+	p.irFresh = false
 	if p.echo != nil {
 		C.speex_echo_state_reset(p.echo)
 		C.quiet_reset(p.quiet)

@@ -243,17 +243,24 @@ func BenchmarkProcess(b *testing.B) {
 	})
 }
 
-// TestEchoDelay: after learning a room, the canceller's echo path estimate peaks at the
-// room's bulk delay (the room's direct path is its largest tap).
-func TestEchoDelay(t *testing.T) {
-	const rate = 16000
-	far := signaltest.SpeechLike(rate, 4*time.Second, 3)
-	mic := signaltest.Convolve(far, signaltest.Room(rate, 30*time.Millisecond, 0.5, 3))
+// roomCanceller is an echo canceller (closed with the test) and a speech-like far end of length
+// d with its echo through a room whose direct path comes after delay.
+func roomCanceller(t *testing.T, rate int, d, delay time.Duration, seed uint64) (p *Processor, far, mic []float32) {
+	far = signaltest.SpeechLike(rate, d, seed)
+	mic = signaltest.Convolve(far, signaltest.Room(rate, delay, 0.5, seed))
 	p, err := New(Config{Rate: rate, EchoCancel: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(p.Close)
+	return p, far, mic
+}
+
+// TestEchoDelay: after learning a room, the canceller's echo path estimate peaks at the
+// room's bulk delay (the room's direct path is its largest tap).
+func TestEchoDelay(t *testing.T) {
+	const rate = 16000
+	p, far, mic := roomCanceller(t, rate, 4*time.Second, 30*time.Millisecond, 3)
 	run(t, p, mic, far)
 	got, ok := p.EchoDelay()
 	want := 30e-3 * rate
@@ -266,6 +273,57 @@ func TestEchoDelay(t *testing.T) {
 	if _, ok := q.EchoDelay(); ok {
 		t.Error("EchoDelay without echo cancellation reports a delay")
 	}
+}
+
+// TestEchoDelayFromTheWorker: asked before a block (WantEchoDelay), the worker reads the echo
+// path estimate as the block ends, and EchoDelay gives what its own call into speexdsp would
+// give without making it; unasked, or after a Reset, EchoDelay asks speexdsp itself.
+func TestEchoDelayFromTheWorker(t *testing.T) {
+	const rate = 16000
+	p, far, mic := roomCanceller(t, rate, 3*time.Second, 25*time.Millisecond, 5)
+	if p.worker == nil {
+		t.Fatal("no worker thread")
+	}
+	block := 5 * p.FrameSize() // the microphone hands over a device buffer or a block at a time
+	out := make([]float32, block)
+	var fromWorker, direct []float64
+	for i := 0; i+block <= len(mic); i += block {
+		asked := i/block%2 == 0
+		if asked {
+			p.WantEchoDelay()
+		}
+		if err := p.Process(out, mic[i:i+block], far[i:i+block]); err != nil {
+			t.Fatal(err)
+		}
+		calls := p.irCalls
+		got, ok := p.EchoDelay()
+		if asked != (p.irCalls == calls) {
+			t.Fatalf("block %d (asked: %v): EchoDelay called speexdsp %d times", i/block, asked, p.irCalls-calls)
+		}
+		if !asked {
+			continue
+		}
+		p.irFresh = false // the same estimate, read by a call from Go
+		want, wantOK := p.EchoDelay()
+		if got != want || ok != wantOK {
+			t.Fatalf("block %d: from the worker %v, %v; by a direct call %v, %v", i/block, got, ok, want, wantOK)
+		}
+		fromWorker, direct = append(fromWorker, got), append(direct, want)
+	}
+	if last := fromWorker[len(fromWorker)-1]; math.Abs(last-25e-3*rate) > 1 {
+		t.Errorf("the echo path peaks at %.2f samples at the end, want %.0f ± 1", last, 25e-3*rate)
+	}
+	p.WantEchoDelay()
+	if err := p.Process(out, mic[:block], far[:block]); err != nil {
+		t.Fatal(err)
+	}
+	p.Reset()
+	calls := p.irCalls
+	p.EchoDelay()
+	if p.irCalls != calls+1 {
+		t.Error("after a Reset, EchoDelay read the estimate from before it")
+	}
+	t.Logf("%d looks, the same from the worker as by a direct call", len(direct))
 }
 
 // TestWorkerIsTheDirectCall: the worker thread computes exactly what a direct call into
