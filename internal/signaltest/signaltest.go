@@ -138,55 +138,85 @@ func SilentFrom(s []float32, from, win, hold int, threshold float64) int {
 // Follow follows ref through sig, which plays it from sig[lag] on but may hold stretches of
 // silence that ref does not (a starved device that underran plays silence, then goes on where
 // it was), piece samples of ref at a time. Each piece is found at most maxGap later than the
-// one before it ended, whole or cut once by a gap of its own; tol samples of jitter are allowed
-// either way. It returns the gaps found (samples each, in order) and the lowest normalised
-// cross-correlation of a piece: near 1 when sig is ref with gaps, low when something of ref is
-// missing, distorted or out of order.
+// one before it ended, whole or cut once by a gap of its own; a piece that two gaps or more cut
+// is followed as two halves (and so on, down to pieces of 32 tol). tol samples of jitter are
+// allowed either way. It returns the gaps found (samples each, in order) and the lowest
+// normalised cross-correlation of a piece: near 1 when sig is ref with gaps, low when
+// something of ref is missing, distorted or out of order.
 func Follow(ref, sig []float32, lag, piece, maxGap, tol int) (gaps []int, worst float64) {
-	worst = 1
-	quiet := 0.01 * RMS(ref) // a piece this quiet is a pause: nothing to find
-	off := lag               // sig index − ref index, gaps included
+	f := follower{ref: ref, sig: sig, maxGap: maxGap, tol: tol, quiet: 0.01 * RMS(ref), off: lag, worst: 1}
 	for at := 0; at < len(ref); at += piece {
-		r := ref[at:min(len(ref), at+piece)]
-		if RMS(r) <= quiet {
-			continue
+		if !f.piece(at, min(len(ref), at+piece)) {
+			return f.gaps, 0
 		}
-		// The whole piece, after a gap of up to maxGap before it (or none).
-		from := max(0, at+off-tol)
-		to := min(len(sig), at+off+len(r)+maxGap+tol)
-		if from >= to {
-			return gaps, 0
-		}
-		l, best := Align(r, sig[from:to])
-		next := from + l - at
-		if best < 0.98 {
-			// A gap inside the piece: its head where the last piece left off, its tail later.
-			// Only a clear improvement counts, so that a misplaced scrap of tail never does.
-			step := max(1, piece/50)
-			for cut := step; cut < len(r); cut += step {
-				head, tail := r[:cut], r[cut:]
-				tFrom := max(0, at+cut+off-tol)
-				tTo := min(len(sig), at+cut+off+len(tail)+maxGap+tol)
-				if tFrom >= tTo {
-					break
-				}
-				tl, _ := Align(tail, sig[tFrom:tTo])
-				tailOff := tFrom + tl - at - cut
-				if tailOff <= off+tol {
-					continue // no gap: the whole piece covers it
-				}
-				if c := nccParts(head, tail, sig, at+off, at+cut+tailOff); c > best+0.02 {
-					best, next = c, tailOff
-				}
+	}
+	return f.gaps, f.worst
+}
+
+// follower is Follow's state: off is sig index − ref index, gaps included.
+type follower struct {
+	ref, sig    []float32
+	maxGap, tol int
+	quiet       float64 // a piece this quiet is a pause: nothing to find
+	off         int
+	gaps        []int
+	worst       float64
+	back        bool // a piece was found earlier than where the last one left off
+}
+
+// piece follows ref[at:end]; false when sig has ended before it.
+func (f *follower) piece(at, end int) bool {
+	r, off, tol := f.ref[at:end], f.off, f.tol
+	if RMS(r) <= f.quiet {
+		return true
+	}
+	// The whole piece, after a gap of up to maxGap before it (or none).
+	from := max(0, at+off-tol)
+	to := min(len(f.sig), at+off+len(r)+f.maxGap+tol)
+	if from >= to {
+		return false
+	}
+	l, best := Align(r, f.sig[from:to])
+	next := from + l - at
+	if best < 0.98 {
+		// A gap inside the piece: its head where the last piece left off, its tail later.
+		// Only a clear improvement counts, so that a misplaced scrap of tail never does.
+		step := max(1, len(r)/50)
+		for cut := step; cut < len(r); cut += step {
+			head, tail := r[:cut], r[cut:]
+			tFrom := max(0, at+cut+off-tol)
+			tTo := min(len(f.sig), at+cut+off+len(tail)+f.maxGap+tol)
+			if tFrom >= tTo {
+				break
+			}
+			tl, _ := Align(tail, f.sig[tFrom:tTo])
+			tailOff := tFrom + tl - at - cut
+			if tailOff <= off+tol {
+				continue // no gap: the whole piece covers it
+			}
+			if c := nccParts(head, tail, f.sig, at+off, at+cut+tailOff); c > best+0.02 {
+				best, next = c, tailOff
 			}
 		}
-		worst = min(worst, best)
-		if next > off+tol {
-			gaps = append(gaps, next-off)
-		}
-		off = next
 	}
-	return gaps, worst
+	if best < 0.98 && len(r) >= 64*tol {
+		// Two gaps or more: the halves, each with a gap of its own at most, if they clearly
+		// do better and neither is found earlier than where the one before it left off (that
+		// is a loss, not a gap: a scrap of what follows matching part of a half).
+		halves := follower{ref: f.ref, sig: f.sig, maxGap: f.maxGap, tol: tol, quiet: f.quiet, off: off, worst: 1}
+		mid := at + len(r)/2
+		if halves.piece(at, mid) && halves.piece(mid, end) && !halves.back && halves.worst > best+0.02 {
+			f.gaps, f.off, f.worst = append(f.gaps, halves.gaps...), halves.off, min(f.worst, halves.worst)
+			return true
+		}
+	}
+	f.worst = min(f.worst, best)
+	f.back = f.back || next < off-tol
+	if next > off+tol {
+		f.gaps = append(f.gaps, next-off)
+	}
+	f.off = next
+	return true
 }
 
 // nccParts is the normalised cross-correlation of head+tail against sig with head at sig[h]

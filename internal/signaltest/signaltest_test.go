@@ -81,6 +81,8 @@ func TestFollowThroughGaps(t *testing.T) {
 		{"unbroken", noisy(silence(800), ref, silence(800)), nil, false},
 		{"gaps inside and between pieces", noisy(silence(800), ref[:1300], silence(160), ref[1300:8000], silence(1600),
 			ref[8000:19100], silence(400), ref[19100:], silence(800)), []int{160, 1600, 400}, false},
+		{"two gaps in one piece", noisy(silence(800), ref[:1300], silence(160), ref[1300:2600], silence(240),
+			ref[2600:], silence(800)), []int{160, 240}, false},
 		{"a stretch of it lost", noisy(silence(800), ref[:6000], ref[6800:], silence(1600)), nil, true},
 		{"a stretch of it lost for silence", noisy(silence(800), ref[:6000], silence(800), ref[6800:]), nil, true},
 	} {
