@@ -203,7 +203,8 @@ func (f *follower) piece(at, end int) bool {
 		// Two gaps or more: the halves, each with a gap of its own at most, if they clearly
 		// do better and neither is found earlier than where the one before it left off (that
 		// is a loss, not a gap: a scrap of what follows matching part of a half).
-		halves := follower{ref: f.ref, sig: f.sig, maxGap: f.maxGap, tol: tol, quiet: f.quiet, off: off, worst: 1}
+		halves := *f // from where this piece starts, with gaps, worst and back of its own
+		halves.gaps, halves.worst, halves.back = nil, 1, false
 		mid := at + len(r)/2
 		if halves.piece(at, mid) && halves.piece(mid, end) && !halves.back && halves.worst > best+0.02 {
 			f.gaps, f.off, f.worst = append(f.gaps, halves.gaps...), halves.off, min(f.worst, halves.worst)
