@@ -490,7 +490,7 @@ func (p *Processor) Process(out, mic, ref []float32) error {
 	}
 	micP, refP, outP := (*C.spx_int16_t)(unsafe.Pointer(&mic16[0])), (*C.spx_int16_t)(unsafe.Pointer(&ref16[0])),
 		(*C.spx_int16_t)(unsafe.Pointer(&p.out[0]))
-	wantIR := p.irWanted && p.irBuf != nil
+	wantIR := p.irWanted // WantEchoDelay set it only once the estimate's buffer was there
 	p.irWanted, p.irFresh = false, false
 	if p.onWorker(n, micP, refP, outP, wantIR) {
 		p.irFresh = wantIR
