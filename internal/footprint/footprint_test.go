@@ -40,7 +40,8 @@ import (
 //     /proc/PID/task/*/schedstat 3 s after the session started and at the end of the long run.
 //     No start-up in it at all: where start-up costs differ from run to run (the PulseAudio
 //     row: ALSA's pulse plugin spins PortAudio's capture thread until the first audio comes,
-//     1–2 s of CPU that is not the same in the short and the long run), the difference above
+//     1–2 s of CPU that is not the same in the short and the long run, because the test
+//     card's null sink renders its first block of 2 s: devices/audio/README.md), the difference above
 //     is off by that much and this figure is not. A thread that ends between the samples takes
 //     its CPU with it; none does in steady streaming;
 //   - chunks/s: chunks sent per streamed second, to show those cuts;
