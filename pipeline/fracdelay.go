@@ -30,6 +30,14 @@ func NewFractionalDelay() *FractionalDelay {
 	i0beta := besselI0(fracBeta)
 	var row [FractionalTaps]float64
 	for p := 0; p <= fracPhases; p++ {
+		if q := fracPhases - p; p > q {
+			// Phase p is phase q mirrored (its taps sit at the negated offsets): copy it, which
+			// halves the table's cost at each microphone open.
+			for k := range FractionalTaps {
+				d.coef[p*FractionalTaps+k] = d.coef[q*FractionalTaps+FractionalTaps-1-k]
+			}
+			continue
+		}
 		frac := float64(p) / fracPhases
 		var sum float64
 		for k := range row {

@@ -71,3 +71,11 @@ func BenchmarkFractionalDelay(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkNewFractionalDelay is the table's cost, paid at each microphone open with echo
+// cancellation: start-up CPU.
+func BenchmarkNewFractionalDelay(b *testing.B) {
+	for b.Loop() {
+		NewFractionalDelay()
+	}
+}
