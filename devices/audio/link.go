@@ -27,7 +27,7 @@ const (
 // link supervises the stream of one device. The stream callback notes when it moves frames;
 // PortAudio says when the stream stops (its finished callback: the ALSA host stops the stream
 // when the device fails). The supervising goroutine sleeps until one of those, or until its
-// stall check (twice per stallTimeout) finds nothing moved for stallTimeout. When the device is
+// stall check finds nothing moved for stallTimeout. When the device is
 // lost link reports it once, closes the stream, and reopens it with backoff (1 s doubling to
 // 30 s) until a new stream delivers, then reports the device back. A device that stops
 // delivering is lost whatever the reason, so that decides where PortAudio says nothing.
@@ -52,6 +52,7 @@ type link struct {
 	delivered atomic.Int64  // the last generation whose stream has delivered
 	stopped   atomic.Int64  // the last generation whose stream PortAudio stopped
 	kick      chan struct{} // a token when delivered or stopped changes
+	looks     atomic.Int64  // stall checks made: each is a wake-up of the process
 
 	// The supervising goroutine's own state.
 	stream  *paStream
@@ -188,13 +189,16 @@ func (l *link) run(ctx context.Context, done chan<- struct{}) {
 }
 
 // watch waits until the stream stops delivering (returning when it last did, and why) or ctx
-// ends (nil error). It wakes when PortAudio reports the stream stopped, and twice per
-// stallTimeout to see whether the frame count still moves (and, when it has not, whether
-// PortAudio still runs the stream): a device that hangs without PortAudio noticing is found
-// within 1.5 stallTimeouts.
+// ends (nil error). It wakes when PortAudio reports the stream stopped, and for a stall check:
+// has the frame count moved (and, when it has not for half of stallTimeout, does PortAudio
+// still run the stream)? Each check sets the next for stallTimeout after the stream's last
+// delivery, so a stream that delivers is checked once per stallTimeout (not twice, as with a
+// ticker: half the wake-ups) and a device that hangs without PortAudio noticing is found
+// stallTimeout after its last buffer (not up to 1.5 stallTimeouts). Until its first buffer the
+// stream is checked every half stallTimeout.
 func (l *link) watch(ctx context.Context) (time.Time, error) {
 	g := l.gen.Load()
-	check := time.NewTicker(l.stallTimeout / 2)
+	check := time.NewTimer(l.stallTimeout / 2)
 	defer check.Stop()
 	opened := time.Now()
 	// last is when the stream last delivered (its opening until it has).
@@ -213,17 +217,26 @@ func (l *link) watch(ctx context.Context) (time.Time, error) {
 				return last(), fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
 			}
 		case now := <-check.C:
-			// A stream that delivered since the last check runs: asking PortAudio is a call
-			// into C, which wakes the runtime's monitor thread (and its naps) for nothing.
+			l.looks.Add(1)
+			// A stream that delivered lately runs: asking PortAudio is a call into C, which
+			// wakes the runtime's monitor thread (and its naps) for nothing.
 			if !l.deliveredWithin(now, l.stallTimeout/2) && !l.streamActive() {
 				return last(), fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
 			}
-			switch at := last(); {
-			case l.delivered.Load() != g && now.Sub(at) > l.startupGrace:
+			at, delivered := last(), l.delivered.Load() == g
+			switch {
+			case !delivered && now.Sub(at) > l.startupGrace:
 				return at, fmt.Errorf("%s %s %q: no audio within %v of starting the stream", l.verb, l.kind, l.name, l.startupGrace)
-			case l.delivered.Load() == g && now.Sub(at) >= l.stallTimeout:
+			case delivered && now.Sub(at) >= l.stallTimeout:
 				return at, fmt.Errorf("%s %s %q: no audio for %v: device unplugged or stalled", l.verb, l.kind, l.name, l.stallTimeout)
 			}
+			next := l.stallTimeout / 2
+			if delivered {
+				// Not less than a sixteenth: the wall clock the delivery times are kept in
+				// may be slewed, and a look that came a hair early must not spin.
+				next = max(l.stallTimeout-now.Sub(at), l.stallTimeout/16)
+			}
+			check.Reset(next)
 		}
 	}
 }
