@@ -76,6 +76,8 @@ import (
 // silence at 48 kHz, paced by a timer once per period as a card by its interrupts),
 // audio_alsa_bare (the same with ALSA's configuration as ALSA alone installs it, none of the
 // additions other packages put in its conf.d directories: see bareALSAConfig),
+// audio_alsa_mic_only (the paced card's microphone with output: none: what the idle rows
+// pay for their output stream, which runs while it plays only silence),
 // audio_alsa_talking (the paced card with the demo's speech as what its microphone hears, so
 // that the simulator answers and the speaker plays, as in a conversation: the other device
 // rows hear silence, as a satellite does between conversations), and
@@ -141,6 +143,8 @@ func BenchmarkFootprint(b *testing.B) {
 			setup: func(b *testing.B) { pacedCard(b, dir, "") }},
 		{name: "audio_alsa_bare", mode: "audio", audio: "input: default\n  output: default", camera: "none",
 			setup: func(b *testing.B) { pacedCard(b, dir, ""); bareALSAConfig(b, dir) }},
+		{name: "audio_alsa_mic_only", mode: "audio", audio: "input: default\n  output: none", camera: "none",
+			setup: func(b *testing.B) { pacedCard(b, dir, "") }},
 		{name: "audio_alsa_talking", mode: "audio", audio: "input: default\n  output: default", camera: "none",
 			setup: func(b *testing.B) { pacedCard(b, dir, talkingRoom(b, dir, wavPath)) }},
 	} {
