@@ -31,11 +31,7 @@ func NewFractionalDelay() *FractionalDelay {
 	var row [FractionalTaps]float64
 	for p := 0; p <= fracPhases; p++ {
 		if q := fracPhases - p; p > q {
-			// Phase p is phase q mirrored (its taps sit at the negated offsets): copy it, which
-			// halves the table's cost at each microphone open.
-			for k := range FractionalTaps {
-				d.coef[p*FractionalTaps+k] = d.coef[q*FractionalTaps+FractionalTaps-1-k]
-			}
+			mirrorPhase(d.coef, FractionalTaps, p, q) // half the table's cost at each microphone open
 			continue
 		}
 		frac := float64(p) / fracPhases

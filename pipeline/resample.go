@@ -123,10 +123,7 @@ func (r *Resampler) design() {
 		r.adv[p] = (p + r.down) / r.up
 		r.next[p] = (p + r.down) % r.up
 		if q := r.up - p; p > q {
-			// Phase p is phase up-p mirrored (its taps sit at the negated offsets): copy.
-			for k := range r.taps {
-				r.coef[p*r.taps+k] = r.coef[q*r.taps+r.taps-1-k]
-			}
+			mirrorPhase(r.coef, r.taps, p, q)
 			continue
 		}
 		frac := float64(p) / float64(r.up)
@@ -299,6 +296,15 @@ func sinc(x float64) float64 {
 		return 1
 	}
 	return math.Sin(math.Pi*x) / (math.Pi * x)
+}
+
+// mirrorPhase fills phase p of a polyphase table of taps coefficients a phase with phase q
+// reversed: in a symmetric kernel, phases at fractions f and 1-f have their taps at negated
+// offsets, so one costs a copy instead of a design.
+func mirrorPhase(coef []float32, taps, p, q int) {
+	dst := coef[p*taps : (p+1)*taps]
+	copy(dst, coef[q*taps:(q+1)*taps])
+	slices.Reverse(dst)
 }
 
 // besselI0 is the modified Bessel function of the first kind, order 0, by its power series
