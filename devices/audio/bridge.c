@@ -120,6 +120,8 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 		}
 		uint64_t r = b->r, w = __atomic_load_n(&b->w, __ATOMIC_ACQUIRE), cut = 0;
 		int flush = __atomic_exchange_n(&b->cut, 0, __ATOMIC_ACQUIRE);
+		// Go has nothing to play: silence where the ring runs dry is what it wants.
+		int idle = __atomic_load_n(&b->idle, __ATOMIC_ACQUIRE);
 		if (flush) {
 			// A flush (the user talks over the model): play what is queued for a short fade
 			// down to silence and drop the rest, so the device falls silent within this buffer
@@ -133,7 +135,7 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 			fadeOut(b, r, keep);
 			cut = w - r - keep;
 			w = r + keep;
-		} else if (w - r < frames && w > 0) {
+		} else if (w - r < frames && w > 0 && !idle) {
 			// Go is late with the next frames (a busy board): wake it and give it a few
 			// milliseconds, as a callback into Go would have waited for it; the device's own
 			// buffer covers the wait. Only then play silence in their place.
@@ -147,7 +149,7 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 		uint64_t n = frames < w - r ? frames : w - r;
 		ringCopy(b, r, o, n, 0);
 		memset(o + n * (uint64_t)b->channels, 0, (frames - n) * (uint64_t)b->channels * sizeof(float));
-		if (n < frames && w > 0 && !flush)
+		if (n < frames && w > 0 && !flush && !idle)
 			__atomic_fetch_add(&b->dropped, frames - n, __ATOMIC_RELAXED);
 		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){
 			.at = at, .pos = r, .frames = frames, .filled = n, .lost = b->lost, .cut = cut, .flags = flags};
@@ -155,10 +157,11 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 		__atomic_store_n(&b->rw, rw + 1, __ATOMIC_RELEASE);
 		__atomic_store_n(&b->r, r + n + cut, __ATOMIC_RELEASE);
 		// Someone waits for what was played (the microphone, for its echo reference): wake Go
-		// now, however much is queued.
+		// now, however much is queued. Wake it too once the records are three quarters
+		// used, before their running out turns what is queued into silence counted lost.
 		int eager = __atomic_exchange_n(&b->eager, 0, __ATOMIC_ACQ_REL);
-		if (w - (r + n) >= frames && !eager)
-			return paContinue; // the next buffer is queued already: Go refills later
+		if ((w - (r + n) >= frames || idle) && !eager && rw + 1 - rr < OMNISAT_RECORDS * 3 / 4)
+			return paContinue; // the next buffer is queued already, or silence will do: Go refills later
 	}
 	wake(b);
 	return paContinue;

@@ -38,6 +38,9 @@ typedef struct {
 	int32_t finished; // PortAudio stopped the stream
 	int32_t cut;      // output: set by Go, taken by the next callback: fade out and drop what is queued
 	int32_t eager;    // output: set by Go, taken by the next callback: wake Go however much is queued
+	// output: set by Go while it has nothing to play: the callback plays silence where the ring
+	// runs dry without waking Go or counting Go late, so that no silence need be queued.
+	int32_t idle;
 	int32_t fadeFrames; // output: the length of that fade
 	int32_t graceMs;  // output: how long a callback waits for Go when the ring runs short
 	int32_t channels;

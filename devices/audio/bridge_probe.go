@@ -105,6 +105,12 @@ func (o *bridgeProbe) Take(frames int, at float64) []float32 {
 // Eager asks the next callback to wake Go whatever is queued, as Speaker.wantPlayed does.
 func (o *bridgeProbe) Eager() { atomic.StoreInt32(flag(&o.b.eager), 1) }
 
+// SetIdle sets the idle flag, as the pump does while it has nothing to play.
+func (o *bridgeProbe) SetIdle(on bool) { atomic.StoreInt32(flag(&o.b.idle), int32(boolInt(on))) }
+
+// probeRecords is how many records of played buffers the bridge keeps.
+const probeRecords = C.OMNISAT_RECORDS
+
 // Cut asks the next callback to drop what is queued, as a flush does.
 func (o *bridgeProbe) Cut() { atomic.StoreInt32(flag(&o.b.cut), 1) }
 

@@ -133,6 +133,45 @@ func TestEagerWakesOnce(t *testing.T) {
 	}
 }
 
+// TestIdleOutputPlaysSilenceUnwoken: with the idle flag set (the speaker has nothing to play),
+// a callback that finds the ring dry plays silence without waking Go or counting it late, until
+// the records of played buffers are three quarters used; without the flag the same callback
+// wakes Go at every buffer and counts the silence dropped.
+func TestIdleOutputPlaysSilenceUnwoken(t *testing.T) {
+	o := newBridgeProbe(1, 4096, 16)
+	defer o.Free()
+	o.Write(ramp(64, 1, 1)) // the tail of the last sound
+	o.SetIdle(true)
+	o.Take(64, 0)
+	for i := 1; i < probeRecords*3/4-1; i++ {
+		out := o.Take(64, float64(i))
+		if w := o.Wakes(); w != 0 {
+			t.Fatalf("buffer %d, idle with the ring dry: %d wake-ups", i, w)
+		}
+		for _, v := range out {
+			if v != 0 {
+				t.Fatalf("buffer %d played %v, want silence", i, v)
+			}
+		}
+	}
+	if d := o.Dropped(); d != 0 {
+		t.Errorf("%d frames counted dropped while idle", d)
+	}
+	o.Take(64, 100) // the records are three quarters used now
+	if w := o.Wakes(); w != 1 {
+		t.Errorf("records three quarters used: %d wake-ups, want 1", w)
+	}
+	recs := o.Records()
+	if len(recs) != probeRecords*3/4 || recs[0].Filled != 64 || recs[1].Filled != 0 || recs[1].Frames != 64 || recs[1].Lost != 0 {
+		t.Errorf("%d records, the first two %+v %+v: want the tail, then silence from a dry ring, nothing lost", len(recs), recs[0], recs[1])
+	}
+	o.SetIdle(false) // something to play, not written yet: the callback wakes Go and counts it late
+	o.Take(64, 101)
+	if w, d := o.Wakes(), o.Dropped(); w == 0 || d != 64 {
+		t.Errorf("not idle, the ring dry: %d wake-ups and %d frames dropped, want some and 64", w, d)
+	}
+}
+
 // TestInputRecordsCarryTheXrun: an input buffer's record holds where it lies in the ring, its
 // capture time and PortAudio's flags, so that an overflow the host reports reaches the echo
 // canceller as a jump in the capture's timeline.

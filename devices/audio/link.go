@@ -44,6 +44,10 @@ type link struct {
 	lost func(since time.Time, err error)
 	// back runs when a new stream delivers.
 	back func()
+	// poll (may be nil) brings the record of what the stream moved up to date from its Go
+	// side: a speaker with nothing to play lets its callback play silence without waking Go
+	// (the bridge's idle flag), and its frames count as moved only once Go reads their records.
+	poll func()
 
 	startupGrace, stallTimeout time.Duration
 
@@ -218,6 +222,9 @@ func (l *link) watch(ctx context.Context) (time.Time, error) {
 			}
 		case now := <-check.C:
 			l.looks.Add(1)
+			if l.poll != nil && !l.deliveredWithin(now, l.stallTimeout/2) {
+				l.poll()
+			}
 			// A stream that delivered lately runs: asking PortAudio is a call into C, which
 			// wakes the runtime's monitor thread (and its naps) for nothing.
 			if !l.deliveredWithin(now, l.stallTimeout/2) && !l.streamActive() {

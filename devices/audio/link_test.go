@@ -46,3 +46,26 @@ func TestStallCheckFollowsDelivery(t *testing.T) {
 		t.Errorf("%d stall checks in %v: want at most %d, one per stall timeout", looks, found.Sub(start).Round(time.Millisecond), most)
 	}
 }
+
+// TestStallCheckPolls: a stream whose callbacks do not wake Go (an idle speaker playing silence)
+// counts as delivering once its records are read: the stall check reads them before it judges,
+// so the stream is not declared lost while it plays.
+func TestStallCheckPolls(t *testing.T) {
+	l := newLink("speaker", "play", "test", nil, nil)
+	l.stallTimeout = 200 * time.Millisecond
+	l.gen.Store(1)
+	polls := 0
+	l.poll = func() {
+		polls++
+		l.moved(1) // the records say the device played
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	l.moved(1)
+	if _, err := l.watch(ctx); err != nil {
+		t.Fatalf("watch: %v, want the stream to run until the end", err)
+	}
+	if polls == 0 {
+		t.Error("the stall check never read the records")
+	}
+}

@@ -335,14 +335,10 @@ type outputHooks struct {
 // that services the speaker at its own buffers (every 50 ms on a Pi-like card, see
 // Speaker.service) keeps it from waking at all. A flush drops what the ring holds within the
 // next device buffer (bridge.c), and a reply starting while it holds silence drops that silence
-// first, so neither an interrupt nor the start of a reply waits behind it.
+// first, so neither an interrupt nor the start of a reply waits behind it. With nothing to
+// play, nothing is queued: the callback plays silence itself and wakes nobody for it (the
+// bridge's idle flag), so the pump sleeps however long a patient microphone's block is.
 const outputAhead = 80 * time.Millisecond
-
-// silentAhead is how much silence an output stream keeps queued while it has nothing else to
-// play: more than a patient microphone's block (Microphone.PatientBlock, 200 ms at 48 kHz) and
-// a device buffer, so that the microphone, which services the speaker at each block it reads,
-// keeps the pump from waking at all.
-const silentAhead = 300 * time.Millisecond
 
 // bufferInfo is what the bridge noted about one device buffer.
 type bufferInfo struct {
@@ -391,12 +387,12 @@ func inputRingFrames(rate, framesPerBuffer int) int {
 }
 
 // outputRingFrames is the room of an output bridge's ring. The pump keeps the larger of
-// outputAhead and two device buffers queued in it (silentAhead while silent), and a device
-// buffer is the one asked for or at most about the latency asked for: four of either, and
-// silentAhead and a tenth of a second, leave room to spare, where a second of stereo at 48 kHz
-// kept 384 KB.
+// outputAhead and two device buffers queued in it (none while it has nothing to play), and a
+// device buffer is the one asked for or at most about the latency asked for: four of either,
+// and outputAhead and a tenth of a second, leave room to spare, where a second of stereo at
+// 48 kHz kept 384 KB.
 func outputRingFrames(latency time.Duration, rate, framesPerBuffer int) int {
-	return max(int(max(4*latency.Seconds(), silentAhead.Seconds()+0.1)*float64(rate)), 4*framesPerBuffer)
+	return max(int(max(4*latency.Seconds(), outputAhead.Seconds()+0.1)*float64(rate)), 4*framesPerBuffer)
 }
 
 // paOpen opens and starts a stream on a device; out (output streams only) is what its Go side
@@ -523,16 +519,16 @@ type outputPump struct {
 	mu     sync.Mutex
 	closed bool // the stream is closed: the bridge is gone
 
-	b           *C.omnisatBridge
-	ring        []float32
-	records     []C.omnisatRecord
-	channels    int
-	rate        float64
-	fn          streamCallback
-	hooks       outputHooks
-	flushSeen   int64  // the flush count last passed on
-	ahead       uint64 // frames to keep queued
-	silentAhead uint64 // frames of silence to keep queued when there is nothing else to play
+	b         *C.omnisatBridge
+	ring      []float32
+	records   []C.omnisatRecord
+	channels  int
+	rate      float64
+	fn        streamCallback
+	hooks     outputHooks
+	flushSeen int64  // the flush count last passed on
+	ahead     uint64 // frames to keep queued
+	idle      bool   // the bridge's idle flag as last set: nothing to play
 
 	w, rr      uint64          // frames written; records read
 	soundTo    uint64          // the ring position after the last frame of sound written
@@ -546,7 +542,7 @@ type outputPump struct {
 func newOutputPump(b *C.omnisatBridge, channels, rate int, fn streamCallback, hooks outputHooks) *outputPump {
 	o := &outputPump{b: b, channels: channels, rate: float64(rate), fn: fn, hooks: hooks,
 		ring: bridgeRing(b, channels), records: bridgeRecords(b),
-		ahead: uint64(outputAhead.Seconds() * float64(rate)), silentAhead: uint64(silentAhead.Seconds() * float64(rate))}
+		ahead: uint64(outputAhead.Seconds() * float64(rate))}
 	if hooks.flushes != nil {
 		o.flushSeen = hooks.flushes.Load() // flushes before this stream have nothing to drop here
 	}
@@ -597,6 +593,18 @@ func (o *outputPump) service() {
 	}
 	r := atomic.LoadUint64(counter(&b.r))
 	queued := o.w - r
+	// Nothing to play (the last sound has played, none is queued): the callback plays silence
+	// where the ring runs dry, without waking this pump (bridge.c), so none is queued. Set
+	// before anything is written for a reply, so the callback waits for it as for any late
+	// refill, and wakes the pump after a cut.
+	idle := o.soundTo <= r && (o.hooks.sound == nil || !o.hooks.sound())
+	if idle != o.idle {
+		o.idle = idle
+		atomic.StoreInt32(flag(&b.idle), int32(boolInt(idle)))
+	}
+	if idle {
+		return
+	}
 	if !cut && !o.silenceCut && o.soundTo <= r && queued > o.maxFrames && o.hooks.sound != nil && o.hooks.sound() {
 		// A reply starts while the ring holds only silence: drop that first, rather than have
 		// the reply wait up to outputAhead behind it. The callback wakes this pump when it has,
@@ -613,12 +621,6 @@ func (o *outputPump) service() {
 		return // what is queued now would be dropped with the rest: refill once the callback has cut
 	}
 	target := max(2*o.maxFrames, o.ahead)
-	if o.soundTo <= r && (o.hooks.sound == nil || !o.hooks.sound()) {
-		// Nothing but silence to play: queue more of it, so that a microphone reading in
-		// blocks (ReadPatiently) tops the ring up before the callback would wake the pump.
-		// A reply drops it first (above), so it waits behind none of it.
-		target = max(target, min(o.silentAhead, uint64(b.cap)-2*o.maxFrames))
-	}
 	if queued >= target {
 		return
 	}

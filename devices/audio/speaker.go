@@ -109,6 +109,7 @@ func OpenSpeaker(ctx context.Context, cfg SpeakerConfig, onState func(ok bool, e
 	s.link.open = s.openStream
 	s.link.lost = s.setLost
 	s.link.back = s.setBack
+	s.link.poll = s.service // while idle nothing else may read its records for a while
 	if err := s.link.openStream(); err != nil {
 		paRelease()
 		return nil, fmt.Errorf("open speaker %q: %w", cfg.Device, err)
