@@ -1371,17 +1371,32 @@ func TestBargeIn(t *testing.T) {
 }
 
 // patientRecorder is a PatientSource over the paced ramp that notes which kind of read the
-// agent made each time (true: patient).
+// agent made each time (true: patient), and when it asked.
 type patientRecorder struct {
 	agent.AudioSource
 	mu    sync.Mutex
 	calls []bool
+	at    []time.Time
 }
 
 func (r *patientRecorder) note(patient bool) {
 	r.mu.Lock()
 	r.calls = append(r.calls, patient)
+	r.at = append(r.at, time.Now())
 	r.mu.Unlock()
+}
+
+// patientFrom returns when the patient reads from read `from` on were asked for.
+func (r *patientRecorder) patientFrom(from int) []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var at []time.Time
+	for i := from; i < len(r.calls); i++ {
+		if r.calls[i] {
+			at = append(at, r.at[i])
+		}
+	}
+	return at
 }
 
 func (r *patientRecorder) Read(ctx context.Context, p []float32) (int, error) {
@@ -1419,8 +1434,10 @@ func (r *patientRecorder) count() int {
 
 // A source that can hold its capture back for a block (a PortAudio microphone) is read
 // patiently only while nothing needs the audio sooner: not before a session streams, not while
-// muted, not while a reply plays (barge-in looks at every buffer). The read in flight when a
-// condition changes may be of either kind; the ones after it must follow the condition.
+// muted, not until a block can no longer reach back before the unmute (a block that may hold
+// audio from before it goes as silence whole), not while a reply plays (barge-in looks at every
+// buffer). The read in flight when a condition changes may be of either kind; the ones after it
+// must follow the condition.
 func TestPatientReadsOnlyWhenNothingWaits(t *testing.T) {
 	src := &patientRecorder{AudioSource: devices.NewPacedSource(ramp(16000*60), 16000, false, 4)}
 	h := newHarness(t, setup{source: src})
@@ -1440,9 +1457,90 @@ func TestPatientReadsOnlyWhenNothingWaits(t *testing.T) {
 	check("streaming, the speaker silent", true)
 	h.sup.Mute(true)
 	check("muted", false)
+	from := src.count()
+	unmuted := time.Now()
 	h.sup.Mute(false)
-	check("unmuted", true)
+	// The harness's audio hold (100 ms: one read block) and a patient block (500 ms): a block
+	// asked for before then could hold audio captured before the unmute.
+	settled := unmuted.Add(600 * time.Millisecond)
+	time.Sleep(time.Until(settled))
+	check("unmuted, a block later", true)
+	for _, at := range src.patientFrom(from) {
+		if at.Before(settled) {
+			t.Errorf("a patient read %v after the unmute, want none before %v", at.Sub(unmuted), settled.Sub(unmuted))
+		}
+	}
 	h.speaker.Play(make([]float32, 3*24000)) // three seconds to play, at the speaker's real time
 	check("a reply playing", false)
+	h.stop()
+}
+
+// gatheringSource is a PatientSource whose patient reads, once limit samples have come, wait as
+// a microphone gathering a block does, and here for ever: only the agent can end such a read,
+// through its context. Plain reads go on as the paced source delivers.
+type gatheringSource struct {
+	agent.AudioSource
+	limit int
+
+	mu      sync.Mutex
+	given   int
+	cut     chan struct{} // closed when a waiting patient read was ended by its context
+	cutOnce sync.Once
+	after   int // plain reads since
+}
+
+func (g *gatheringSource) Read(ctx context.Context, p []float32) (int, error) {
+	n, err := g.AudioSource.Read(ctx, p)
+	g.mu.Lock()
+	g.given += n
+	select {
+	case <-g.cut:
+		g.after++
+	default:
+	}
+	g.mu.Unlock()
+	return n, err
+}
+
+func (g *gatheringSource) ReadPatiently(ctx context.Context, p []float32) (int, error) {
+	g.mu.Lock()
+	waits := g.given >= g.limit
+	g.mu.Unlock()
+	if !waits {
+		return g.Read(ctx, p)
+	}
+	<-ctx.Done()
+	g.cutOnce.Do(func() { close(g.cut) })
+	return 0, ctx.Err()
+}
+
+func (g *gatheringSource) plainAfterCut() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.after
+}
+
+// Reply audio ends a patient read in flight: from the reply's start, barge-in looks at every
+// device buffer. Here the read would otherwise wait for ever (a microphone's waits up to a
+// block, half a second into the reply); the agent must end it, go on reading as the source
+// delivers, and play the reply.
+func TestReplyEndsPatientRead(t *testing.T) {
+	// The user's phrase and the harness's 250 ms chunk of silence after it, which the parrot
+	// answers; then the source holds its patient reads back.
+	audio := slices.Concat(make([]float32, 4000), tone(16000, 0.3), make([]float32, 16000*30))
+	src := &gatheringSource{AudioSource: devices.NewPacedSource(audio, 16000, false, 1), limit: 4000 + 16000 + 4000,
+		cut: make(chan struct{})}
+	h := newHarness(t, setup{source: src, sim: realtimetest.Options{ForceListenCount: -1}})
+	select {
+	case <-src.cut:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no patient read was ended within 30 s (the reply should end the one waiting)")
+	}
+	h.waitFor("speaking", 10*time.Second, isState(agent.StateSpeaking))
+	for deadline := time.Now().Add(10 * time.Second); src.plainAfterCut() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads after the patient one was ended, want the capture to go on", src.plainAfterCut())
+		}
+	}
 	h.stop()
 }

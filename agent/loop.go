@@ -838,6 +838,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 			l.openReply(lv)
 			lv.lastDelta = time.Duration(len(ev.Samples)) * time.Second / time.Duration(ev.SampleRate)
 			s.speaker.Play(lv.toSpeakerRate(ev, s.log))
+			s.hurryCapture()
 			l.lastActive = s.now()
 		}
 		// Played (the speaker copies) or dropped: the session may decode later audio into these.

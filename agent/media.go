@@ -62,14 +62,18 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		}
 		var n int
 		var err error
+		hurried := false
 		if patient {
-			n, err = patientSrc.ReadPatiently(ctx, buf[:want])
+			n, hurried, err = s.readPatiently(ctx, patientSrc, buf[:want])
 		} else {
 			n, err = s.audio.Read(ctx, buf[:want])
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if hurried {
+				continue // cut short before anything came: the next read takes it as it comes
 			}
 			if errors.Is(err, io.EOF) {
 				return io.EOF
@@ -172,16 +176,39 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 	}
 }
 
+// readPatiently reads a block from src, and stops waiting for the rest of it when reply audio is
+// queued (hurryCapture): hurried reports that, and err is then the read's context error if
+// nothing had come yet.
+func (s *Supervisor) readPatiently(ctx context.Context, src PatientSource, p []float32) (n int, hurried bool, err error) {
+	readCtx, hurry := context.WithCancel(ctx)
+	defer hurry()
+	s.hurryRead.Store(&hurry)
+	if s.speaker.Pending() != 0 {
+		hurry() // queued between canWait and the Store above: hurryCapture found no read to cut
+	}
+	n, err = src.ReadPatiently(readCtx, p)
+	s.hurryRead.Store(nil)
+	return n, readCtx.Err() != nil && ctx.Err() == nil, err
+}
+
 // canWait reports whether the next read may wait for a block of several device buffers
 // (PatientSource): a session is streaming (no voice to wait for to start one), the model is not
-// being heard (barge-in looks at every buffer), nothing is muted (a read that straddles a mute
-// or an unmute goes as silence whole: blocks stay short around them), and frames are not
-// sampled within a chunk (they are taken as the chunk's audio reaches them). The chunk's end
-// still cuts the block, so a chunk leaves when its last buffer comes, as before; what waits is
-// voice detection's report (the speech flag in the status), by up to a block.
+// being heard (barge-in looks at every buffer), nothing is muted and the last unmute and start
+// lie further back than a block can reach (a block that may hold audio from before either goes
+// as silence or is dropped whole: blocks stay short around them, so that no more than a short
+// read's worth of what follows is lost with it), and frames are not sampled within a chunk
+// (they are taken as the chunk's audio reaches them). The chunk's end still cuts the block, so
+// a chunk leaves when its last buffer comes, as before; what waits is voice detection's report
+// (the speech flag in the status), by up to a block.
 func (s *Supervisor) canWait(framesEvery int) bool {
-	return s.active.Load() != nil && !s.muted.Load() && (framesEvery == 0 || s.cfg.FramesPerChunk <= 1) &&
-		s.speaker.Pending() == 0
+	if s.active.Load() == nil || s.muted.Load() || (framesEvery != 0 && s.cfg.FramesPerChunk > 1) ||
+		s.speaker.Pending() != 0 {
+		return false
+	}
+	// A block returned at or after now of at most patientBlock samples counts as captured from
+	// this on (see captureLoop's capturedFrom).
+	reach := int64(time.Since(s.born) - s.audioHold - samplesToDuration(patientBlock))
+	return !since(s.unmutedAt.Load(), reach) && !since(s.epochAt.Load(), reach)
 }
 
 // chunkSamples is how many samples a chunk holds: cfg.Chunk, or for OpenVoice, whose VAD judges

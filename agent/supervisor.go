@@ -23,9 +23,10 @@ const (
 	// one wake-up), and a source that waits for the whole buffer is not waited on for longer
 	// than this (interrupts and barge-in are cut at step grain either way).
 	readBlock = inputRate / 10 // 100 ms
-	// patientBlock is the most a patient read asks for (PatientSource): about what a
-	// microphone gathers at once (200 ms at 48 kHz), and a chunk's end cuts it shorter.
-	patientBlock = inputRate / 5
+	// patientBlock is the most a patient read asks for (PatientSource): what a microphone
+	// gathers at once (500 ms at 48 kHz: two blocks to a 1 s chunk), and a chunk's end cuts it
+	// shorter.
+	patientBlock = inputRate / 2
 	// sendTimeout bounds one Send while the sender holds sendMu.
 	sendTimeout = time.Second
 )
@@ -101,6 +102,9 @@ type Supervisor struct {
 	captured atomic.Int64 // samples read from the source
 	// timerWakes counts the state loop's timer firing (a deadline came): with nothing due, none.
 	timerWakes atomic.Uint64
+	// hurryRead cuts the patient read in flight short (nil: none is): the speaker has something
+	// to play, and barge-in looks at every buffer from then on (see hurryCapture).
+	hurryRead atomic.Pointer[context.CancelFunc]
 
 	muted     atomic.Bool
 	cameraOn  atomic.Bool
@@ -518,6 +522,15 @@ func (s *Supervisor) do(f func(*loop)) {
 	}
 }
 
+// hurryCapture ends a patient read in flight (see captureLoop): reply audio was queued, and from
+// now on barge-in looks at every device buffer. Without it the read would still wait for the
+// rest of its block, up to half a second into the reply before the user could talk over it.
+func (s *Supervisor) hurryCapture() {
+	if h := s.hurryRead.Load(); h != nil {
+		(*h)()
+	}
+}
+
 // newEpoch marks a stop or a start: nothing captured before it is sent.
 func (s *Supervisor) newEpoch() {
 	s.epochAt.Store(int64(time.Since(s.born)) + 1) // never 0, which means never
@@ -568,6 +581,7 @@ func (s *Supervisor) liveBuffer() time.Duration {
 // play queues reply audio from outside the loop and has the loop follow the playback state.
 func (s *Supervisor) play(samples []float32) {
 	s.speaker.Play(samples)
+	s.hurryCapture()
 	select {
 	case s.playCh <- struct{}{}:
 	default:

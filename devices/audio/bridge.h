@@ -5,7 +5,9 @@
 #include <stdint.h>
 #include <portaudio.h>
 
-#define OMNISAT_RECORDS 64
+// Records of device buffers not yet read by Go: more than a patient microphone's block (500 ms)
+// of 5 ms buffers, the shortest ALSA commonly gives, so that Go may sleep through a block.
+#define OMNISAT_RECORDS 128
 
 // One device buffer: when its first frame met the converter (PortAudio's stream clock), where
 // it starts in the ring's frame count, how many frames it held and (output) how many of them

@@ -141,10 +141,10 @@ type Microphone struct {
 	silence      int64 // all silence delivered for losses
 }
 
-// readChunk is the most frames Read converts at a time: two device buffers of 100 ms at 48 kHz,
-// so that one buffer, or a block ReadPatiently waits for, is one pass (and one call into the
-// echo canceller).
-const readChunk = 9600
+// readChunk is the most frames Read converts at a time: half a second at 48 kHz (five device
+// buffers of 100 ms), so that one buffer, or a block ReadPatiently waits for, is one pass (and
+// one call into the echo canceller).
+const readChunk = 24000
 
 // MicStats are the microphone's counters.
 type MicStats struct {
@@ -305,14 +305,14 @@ func (m *Microphone) Read(ctx context.Context, p []float32) (int, error) {
 // ReadPatiently is Read for a reader that can wait (agent.PatientSource): it returns once p is
 // full, or once it has a block of as much as it converts in one pass (PatientBlock), so that
 // the device's buffers wake the reader and the echo canceller once per block rather than
-// once each (a block of four 50 ms buffers: a fourth of the wake-ups). While the device is lost
+// once each (a block of ten 50 ms buffers: a tenth of the wake-ups). While the device is lost
 // it returns what it has, as Read does.
 func (m *Microphone) ReadPatiently(ctx context.Context, p []float32) (int, error) {
 	return m.read(ctx, p[:min(len(p), m.PatientBlock())], true)
 }
 
 // PatientBlock is the most ReadPatiently returns at once: whole 10 ms frames (the echo
-// canceller's) within readChunk device frames, 200 ms at 48 kHz.
+// canceller's) within readChunk device frames, 500 ms at 48 kHz.
 func (m *Microphone) PatientBlock() int {
 	frame := OutputRate / 100
 	return max(frame, readChunk*OutputRate/max(m.rate, 1)/frame*frame)

@@ -380,10 +380,12 @@ const maxFramesPerBuffer = 1 << 16
 
 // inputRingFrames is the room of an input bridge's ring: how far the pump may fall behind the
 // device. The pump takes every buffer as it comes (a loaded board can hold a goroutine back for
-// a while; the microphone's own ring behind it holds a second more): half a second, or four
-// device buffers if longer, where a second of stereo at 48 kHz kept 384 KB.
+// a while; the microphone's own ring behind it holds a second more): three quarters of a
+// second, a patient microphone's block and two 100 ms buffers (the callback lets a block gather
+// only while two more buffers fit), or four device buffers if longer, where a second of stereo
+// at 48 kHz kept 384 KB.
 func inputRingFrames(rate, framesPerBuffer int) int {
-	return max(rate/2, 4*framesPerBuffer)
+	return max(rate*3/4, 4*framesPerBuffer)
 }
 
 // outputRingFrames is the room of an output bridge's ring. The pump keeps the larger of
