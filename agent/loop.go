@@ -837,8 +837,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 		if lv == l.cur && ev.SampleRate > 0 && !l.cut(lv, ev.ResponseID) {
 			l.openReply(lv)
 			lv.lastDelta = time.Duration(len(ev.Samples)) * time.Second / time.Duration(ev.SampleRate)
-			s.speaker.Play(lv.toSpeakerRate(ev, s.log))
-			s.hurryCapture()
+			s.queueReply(lv.toSpeakerRate(ev, s.log))
 			l.lastActive = s.now()
 		}
 		// Played (the speaker copies) or dropped: the session may decode later audio into these.
@@ -889,7 +888,7 @@ func (l *loop) handleSession(lv *live, ev realtime.Event, ok bool) {
 	case realtime.TTSState:
 		lv.cutting = false // a synthesis ends (the cancelled one) or the next begins
 		if !ev.Speaking && lv.resampler != nil && lv == l.cur {
-			s.speaker.Play(lv.resampler.Flush(nil)) // the tail the filter held back
+			s.queueReply(lv.resampler.Flush(nil)) // the tail the filter held back
 		}
 		l.ttsState(lv, ev)
 		l.updatePlayback()

@@ -522,6 +522,13 @@ func (s *Supervisor) do(f func(*loop)) {
 	}
 }
 
+// queueReply hands reply audio to the speaker and ends a patient read in flight: every way reply
+// audio is queued goes through here.
+func (s *Supervisor) queueReply(samples []float32) {
+	s.speaker.Play(samples)
+	s.hurryCapture()
+}
+
 // hurryCapture ends a patient read in flight (see captureLoop): reply audio was queued, and from
 // now on barge-in looks at every device buffer. Without it the read would still wait for the
 // rest of its block, up to half a second into the reply before the user could talk over it.
@@ -580,8 +587,7 @@ func (s *Supervisor) liveBuffer() time.Duration {
 
 // play queues reply audio from outside the loop and has the loop follow the playback state.
 func (s *Supervisor) play(samples []float32) {
-	s.speaker.Play(samples)
-	s.hurryCapture()
+	s.queueReply(samples)
 	select {
 	case s.playCh <- struct{}{}:
 	default:

@@ -607,12 +607,13 @@ func (o *outputPump) service() {
 	if idle {
 		return
 	}
-	if !cut && !o.silenceCut && o.soundTo <= r && queued > o.maxFrames && o.hooks.sound != nil && o.hooks.sound() {
-		// A reply starts while the ring holds only silence: drop that first, rather than have
-		// the reply wait up to outputAhead behind it. The callback wakes this pump when it has,
-		// and the reply is queued then (queued now, it would be dropped with the silence).
-		// Once per silence: a jitter buffer holding the reply back fills the ring with
-		// silence again, which then plays.
+	if !cut && !o.silenceCut && o.soundTo <= r && queued > o.maxFrames {
+		// All sound played and yet not idle: a reply starts while the ring holds only silence
+		// (the tail queued behind the last sound): drop that first, rather than have the reply
+		// wait up to outputAhead behind it. The callback wakes this pump when it has, and the
+		// reply is queued then (queued now, it would be dropped with the silence). Once per
+		// silence: a jitter buffer holding the reply back fills the ring with silence again,
+		// which then plays.
 		cut, o.silenceCut = true, true
 	}
 	cutFlag := flag(&b.cut)
