@@ -26,12 +26,12 @@ package audio
 #include <portaudio.h>
 #include "bridge.h"
 
-// omnisatDropProbes lets ALSA unload what PortAudio's device probe loaded and no stream uses:
-// Pa_Initialize opens every ALSA device and plugin the system's configuration defines, and ALSA
-// keeps each plugin's library (the a52 encoder alone brings libavcodec and ~90 libraries:
-// 10-12 MB of pages no other process shares, measured) until its configuration is freed.
-// Freeing it is safe when no stream is open (ALSA reloads it at the next open), which is the
-// case right after Pa_Initialize. Looked up at run time: PortAudio may be built without ALSA.
+// omnisatDropProbes frees ALSA's global configuration, and with it the plugin libraries it
+// loaded that nothing else holds: Pa_Initialize opens every ALSA device and plugin the
+// system's configuration defines, and ALSA keeps each plugin's library (the a52 encoder alone
+// brings libavcodec and ~90 libraries: 10-12 MB of pages no other process shares, measured)
+// until its configuration is freed. The next open reads the configuration whole again. Safe
+// only when no stream is open. Looked up at run time: PortAudio may be built without ALSA.
 static void omnisatDropProbes(void) {
 	int (*freeGlobal)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "snd_config_update_free_global");
 	if (freeGlobal)
@@ -43,11 +43,8 @@ static void omnisatDropProbes(void) {
 // that are not errors of ours and would bury the service's log. Errors still come back as
 // the return code.
 static PaError omnisatQuietInit(int quiet) {
-	if (!quiet) {
-		PaError err = Pa_Initialize();
-		omnisatDropProbes();
-		return err;
-	}
+	if (!quiet)
+		return Pa_Initialize();
 	fflush(stderr);
 	int saved = dup(2);
 	int null = open("/dev/null", O_WRONLY);
@@ -58,7 +55,6 @@ static PaError omnisatQuietInit(int quiet) {
 	}
 	dup2(null, 2);
 	PaError err = Pa_Initialize();
-	omnisatDropProbes();
 	fflush(stderr);
 	dup2(saved, 2);
 	close(saved);
@@ -196,13 +192,28 @@ func paInit(everyDevice bool) error {
 	if os.Getenv("OMNISAT_AUDIO_DEBUG") == "1" {
 		quiet = 0
 	}
-	left := 0
+	// No stream is open here (the first holder, or a rescan by the only one, its stream
+	// closed). An earlier initialisation may have left a narrowed configuration in memory
+	// (below); PortAudio's ALSA Pa_Terminate frees it, and freeing it here too keeps this one
+	// starting from the files whatever PortAudio's version does.
+	C.omnisatDropProbes()
+	left, narrowing := 0, false
 	names, ok := probeNames(pa.declared)
 	if ok && !everyDevice {
 		// On an error the probe is simply not narrowed; Pa_Initialize reports what it finds.
-		left, _ = probeOnly(names)
+		var err error
+		left, err = probeOnly(names)
+		narrowing = err == nil
 	}
-	if err := paError(C.omnisatQuietInit(quiet)); err != nil {
+	err := paError(C.omnisatQuietInit(quiet))
+	if !narrowing {
+		// Let ALSA unload the plugins the whole probe loaded and no stream will use. A
+		// narrowed probe loaded only what the process opens, so its configuration is kept:
+		// reading it again at the first open cost start-up about 3 ms of CPU on a plain ALSA
+		// card, and a connection to the server from PulseAudio's configuration hook.
+		C.omnisatDropProbes()
+	}
+	if err != nil {
 		return fmt.Errorf("initialise PortAudio: %w", err)
 	}
 	pa.inited = true

@@ -128,9 +128,14 @@ func TestHoldNarrowsTheProbe(t *testing.T) {
 		}
 	}
 
-	// A device chosen by its index counts every device: nothing is left out.
-	if _, narrowed := listNames(t, "kiosk_speaker", "3"); narrowed {
+	// A device chosen by its index counts every device: nothing is left out, though the
+	// narrowed probe before it kept its configuration in memory for the opens that follow.
+	again, narrowed := listNames(t, "kiosk_speaker", "3")
+	if narrowed {
 		t.Error("a device chosen by index: the list was narrowed")
+	}
+	if !slices.Contains(again, "unrelated_upmix") {
+		t.Errorf("probing everything after a narrowed probe: unrelated_upmix is missing: %q", again)
 	}
 }
 
