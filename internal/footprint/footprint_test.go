@@ -57,7 +57,11 @@ import (
 // Configurations: floor (not omnisat: testdata/floor, a C program that does only the work no
 // client can skip, a timer wake-up, base64 of a second of audio and a loopback send, once a
 // second: what this machine charges for that; its figures are CPU and voluntary switches from
-// its own rusage), floor_answers (the same floor reading what a server says back: a sink
+// its own rusage), floor_code (the same floor also running through 512 pages of code a second,
+// one instruction on each: what a page of code costs here when a program comes back to it a
+// second later, which the floor, whose code fits in a few pages, hardly pays and a real
+// client, whose work of a second runs through hundreds, does), floor_answers (the same floor
+// reading what a server says back: a sink
 // that answers each second as the simulator answers audio_file, in size and timing; the floor
 // reads the answers and decodes nothing), floor_go_plain and floor_go_quiet (not omnisat:
 // testdata/floorgo, the floor's job in Go, with a time.Ticker and net.Conn.Write, and with a
@@ -115,6 +119,11 @@ func BenchmarkFootprint(b *testing.B) {
 	}
 	if selected("floor_answers") {
 		b.Run("floor_answers", func(b *testing.B) { benchFloor(b, dir, true, short, long) })
+	}
+	if selected("floor_code") {
+		b.Run("floor_code", func(b *testing.B) {
+			benchFloor(b, dir, false, short, long, "code="+strconv.Itoa(floorCodePages))
+		})
 	}
 	if selected("floor_go_plain") || selected("floor_go_quiet") {
 		floorGo := buildFloorGo(b, dir)
@@ -519,21 +528,26 @@ func bareALSAConfig(b *testing.B, dir string) {
 
 // benchFloor reports what testdata/floor costs per second, measured as omnisat is: a long run
 // minus a short one; with answers, it reads the answers of answerFloor too.
-func benchFloor(b *testing.B, dir string, answers bool, short, long time.Duration) {
+func benchFloor(b *testing.B, dir string, answers bool, short, long time.Duration, extra ...string) {
 	testaudio.Require(b, "cc")
 	bin := filepath.Join(dir, "floor")
 	if out, err := exec.Command("cc", "-O2", "-Wall", "-o", bin, "testdata/floor/floor.c").CombinedOutput(); err != nil {
 		b.Fatalf("build testdata/floor: %v %s", err, out)
 	}
-	serve, mode := discard, []string(nil)
+	serve, mode := discard, extra
 	if answers {
-		serve, mode = answerFloor, []string{"answers"}
+		serve, mode = answerFloor, append([]string{"answers"}, extra...)
 	}
 	port := loopbackSink(b, serve)
 	benchCommand(b, short, long, func(d time.Duration) *exec.Cmd {
 		return exec.Command(bin, append([]string{port, strconv.Itoa(int(d.Seconds()))}, mode...)...)
 	})
 }
+
+// floorCodePages is how many pages of code the floor_code row runs through each second (see
+// testdata/floor): its CPU less the floor's, divided by this, is what this machine charges for a
+// page of code a program comes back to after a second away.
+const floorCodePages = 512
 
 // What answerFloor says back to the floor, after each second of audio it receives (85,336
 // bytes of base64): the simulator's answers to audio_file, in size and timing. A 40 s trace of

@@ -11,7 +11,12 @@
  * message as a WebSocket client reads a frame, a small read for the header and then the rest
  * into its buffer, and decodes nothing: what it costs is the second wake-up and the bytes.
  *
- *	floor PORT SECONDS [answers]
+ * With "code=N" it also runs, each second, N functions of one instruction, each on a 4 KiB page
+ * of code of its own (N ≤ 1024): what a client whose work of a second runs through N pages of
+ * code pays for that code alone, when it comes back to it a second later. The floor's own code
+ * fits in a few pages; a real client's runs through hundreds.
+ *
+ *	floor PORT SECONDS [answers] [code=N]
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,6 +27,23 @@
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
+
+/* code_pages: 1024 functions that only return, one at the start of each 4 KiB page. */
+#define CODE_PAGES 1024
+__asm__(".text\n"
+	".balign 4096\n"
+	"code_pages:\n"
+	".rept 1024\n"
+	"ret\n"
+	".balign 4096\n"
+	".endr\n");
+extern const char code_pages[] __asm__("code_pages");
+
+static void run_code_pages(int n)
+{
+	for (int i = 0; i < n; i++)
+		((void (*)(void))(code_pages + (size_t)i * 4096))();
+}
 
 static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -65,11 +87,19 @@ static int read_answer(int sock)
 
 int main(int argc, char **argv)
 {
-	if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "answers") != 0)) {
-		fprintf(stderr, "usage: floor PORT SECONDS [answers]\n");
+	int answers = 0, pages = 0, bad = argc < 3;
+	for (int i = 3; i < argc; i++) {
+		if (strcmp(argv[i], "answers") == 0)
+			answers = 1;
+		else if (strncmp(argv[i], "code=", 5) == 0 && (pages = atoi(argv[i] + 5)) > 0 && pages <= CODE_PAGES)
+			continue;
+		else
+			bad = 1;
+	}
+	if (bad) {
+		fprintf(stderr, "usage: floor PORT SECONDS [answers] [code=N], N from 1 to %d\n", CODE_PAGES);
 		return 2;
 	}
-	int answers = argc == 4;
 	static unsigned char audio[64002]; /* one second, padded to whole 3-byte groups */
 	static char out[85336];
 	for (size_t i = 0; i < sizeof audio; i++)
@@ -94,6 +124,7 @@ int main(int argc, char **argv)
 			perror("floor: read timer");
 			return 1;
 		}
+		run_code_pages(pages);
 		size_t n = encode(audio, sizeof audio, out);
 		for (size_t sent = 0; sent < n;) {
 			ssize_t k = send(sock, out + sent, n - sent, MSG_NOSIGNAL);
