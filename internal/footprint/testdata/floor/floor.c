@@ -28,12 +28,14 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-/* code_pages: 1024 functions that only return, one at the start of each 4 KiB page. */
+/* code_pages: CODE_PAGES functions that only return, one at the start of each 4 KiB page. */
 #define CODE_PAGES 1024
+#define STRING(x) #x
+#define EXPANDED_STRING(x) STRING(x)
 __asm__(".text\n"
 	".balign 4096\n"
 	"code_pages:\n"
-	".rept 1024\n"
+	".rept " EXPANDED_STRING(CODE_PAGES) "\n"
 	"ret\n"
 	".balign 4096\n"
 	".endr\n");
