@@ -805,6 +805,49 @@ func TestSpeakerPlaysAndFlushes(t *testing.T) {
 // lossChildEnv marks the process TestDeviceLossAndRecovery runs itself in.
 const lossChildEnv = "OMNISAT_AUDIO_LOSS_CHILD"
 
+// The speaker's device buffers are half its latency, two periods a latency as the microphone's,
+// not what PortAudio would choose (four on ALSA): each buffer wakes PortAudio's thread, also
+// while the speaker plays only silence. Counted from what the device played, on the virtual card.
+func TestSpeakerBuffersAreHalfItsLatency(t *testing.T) {
+	testaudio.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const latency = 50 * time.Millisecond
+	ref := NewEchoReference()
+	spk, err := OpenSpeaker(ctx, SpeakerConfig{Device: "pulse", Volume: 100, Latency: latency, Echo: ref}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spk.Close()
+	// Sound to play keeps the pump recording each buffer the device takes.
+	spk.Play(make([]float32, 10*InputRate))
+	want := halfLatencyFrames(0, latency, spk.Rate())
+	// What was played and the buffers that played it, counted over stretches of 20 buffers or
+	// more with no host xrun between (one restarts the buffer count).
+	snapshot := func() (written int64, buffers int, era int64) {
+		ref.mu.Lock()
+		defer ref.mu.Unlock()
+		return ref.written, ref.fit.n, ref.fit.era
+	}
+	w0, n0, e0 := snapshot()
+	for ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		w, n, e := snapshot()
+		if e != e0 || n < n0 {
+			w0, n0, e0 = w, n, e
+			continue
+		}
+		if n-n0 < 20 {
+			continue
+		}
+		if got := float64(w-w0) / float64(n-n0); got < 0.9*float64(want) || got > 1.1*float64(want) {
+			t.Fatalf("the device played %.0f frames a buffer at %d Hz, want %d (half of %v)", got, spk.Rate(), want, latency)
+		}
+		return
+	}
+	t.Fatal("fewer than 20 buffers played in 30 s")
+}
+
 // TestDeviceLossAndRecovery stops the sound server under a microphone and a speaker, checks
 // that both report the loss, that Read goes on at real-time pace and the speaker's queue
 // drains, then brings the server back and checks both recover.
@@ -1039,8 +1082,8 @@ func BenchmarkPlaybackPath(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms-cpu/s")
 }
 
-// The capture buffer is half the latency unless configured: two device periods a buffer.
-func TestCaptureFrames(t *testing.T) {
+// A stream's buffer is half the latency unless configured: two device periods a buffer.
+func TestHalfLatencyFrames(t *testing.T) {
 	for _, tt := range []struct {
 		configured int
 		latency    time.Duration
@@ -1048,13 +1091,14 @@ func TestCaptureFrames(t *testing.T) {
 	}{
 		{0, 100 * time.Millisecond, 48000, 2400},
 		{0, 100 * time.Millisecond, 44100, 2205},
+		{0, 50 * time.Millisecond, 48000, 1200}, // the speaker's default output_latency
 		{0, 20 * time.Millisecond, 16000, 160},
 		{0, 2 * time.Second, 192000, maxFramesPerBuffer},
 		{0, 0, 48000, 0},
 		{512, 100 * time.Millisecond, 48000, 512},
 	} {
-		if got := captureFrames(tt.configured, tt.latency, tt.rate); got != tt.want {
-			t.Errorf("captureFrames(%d, %v, %d) = %d, want %d", tt.configured, tt.latency, tt.rate, got, tt.want)
+		if got := halfLatencyFrames(tt.configured, tt.latency, tt.rate); got != tt.want {
+			t.Errorf("halfLatencyFrames(%d, %v, %d) = %d, want %d", tt.configured, tt.latency, tt.rate, got, tt.want)
 		}
 	}
 }

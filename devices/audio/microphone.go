@@ -225,7 +225,7 @@ func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
 		}
 		return 0
 	}
-	s, err := paOpen(dev, true, m.channels, lat, m.rate, captureFrames(m.cfg.FramesPerBuffer, lat, m.rate), cb, nil, m.wake, func() { link.finished(gen) })
+	s, err := paOpen(dev, true, m.channels, lat, m.rate, halfLatencyFrames(m.cfg.FramesPerBuffer, lat, m.rate), cb, nil, m.wake, func() { link.finished(gen) })
 	if err != nil {
 		return nil, dev.name, err
 	}
@@ -695,9 +695,9 @@ func (r *ring) counts() (written, dropped int64) {
 	return r.written, r.dropped
 }
 
-// captureFrames is the capture stream's buffer: the configured one, or half the latency (see
-// MicConfig.FramesPerBuffer).
-func captureFrames(configured int, latency time.Duration, rate int) int {
+// halfLatencyFrames is a stream's buffer: the configured one, or half the latency, two device
+// periods a buffer (see MicConfig.FramesPerBuffer and SpeakerConfig.FramesPerBuffer).
+func halfLatencyFrames(configured int, latency time.Duration, rate int) int {
 	if configured > 0 || latency <= 0 {
 		return configured // 0 without a latency: PortAudio chooses
 	}

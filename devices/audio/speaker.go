@@ -32,8 +32,10 @@ type SpeakerConfig struct {
 	// Latency is the stream latency PortAudio is asked for; 0 takes the device's default
 	// high latency.
 	Latency time.Duration
-	// FramesPerBuffer per callback; 0 lets PortAudio choose. FlushAfter(0) silences the
-	// output within about the device's buffer and one of these.
+	// FramesPerBuffer per callback; 0 takes half the latency: two device periods a buffer, as
+	// for the microphone. Each period wakes PortAudio's thread, also while the speaker plays
+	// silence, and PortAudio's own choice on ALSA, four a latency, cost twice the wake-ups.
+	// FlushAfter(0) silences the output within about the device's buffer and one of these.
 	FramesPerBuffer int
 	// Echo, when set, receives everything the speaker plays (after the volume), for the
 	// microphone's echo canceller.
@@ -194,7 +196,7 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			first = false
 		}
 		hooks := &outputHooks{played: played, flushes: &s.flushes, sound: func() bool { return pb.Pending() > 0 }}
-		st, err := paOpen(dev, false, ch, lat, s.rate, s.cfg.FramesPerBuffer, cb, hooks, wakeCell{}, func() { link.finished(gen) })
+		st, err := paOpen(dev, false, ch, lat, s.rate, halfLatencyFrames(s.cfg.FramesPerBuffer, lat, s.rate), cb, hooks, wakeCell{}, func() { link.finished(gen) })
 		if err != nil {
 			errs = append(errs, err)
 			continue
