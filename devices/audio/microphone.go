@@ -694,12 +694,3 @@ func (r *ring) counts() (written, dropped int64) {
 	defer r.mu.Unlock()
 	return r.written, r.dropped
 }
-
-// halfLatencyFrames is a stream's buffer: the configured one, or half the latency, two device
-// periods a buffer (see MicConfig.FramesPerBuffer and SpeakerConfig.FramesPerBuffer).
-func halfLatencyFrames(configured int, latency time.Duration, rate int) int {
-	if configured > 0 || latency <= 0 {
-		return configured // 0 without a latency: PortAudio chooses
-	}
-	return min(max(1, int(latency.Seconds()*float64(rate)/2)), maxFramesPerBuffer)
-}

@@ -389,6 +389,15 @@ func recordInfo(rec C.omnisatRecord) bufferInfo {
 // maxFramesPerBuffer bounds a stream's buffer.
 const maxFramesPerBuffer = 1 << 16
 
+// halfLatencyFrames is a stream's buffer: the configured one, or half the latency, two device
+// periods a buffer (see MicConfig.FramesPerBuffer and SpeakerConfig.FramesPerBuffer).
+func halfLatencyFrames(configured int, latency time.Duration, rate int) int {
+	if configured > 0 || latency <= 0 {
+		return configured // 0 without a latency: PortAudio chooses
+	}
+	return min(max(1, int(latency.Seconds()*float64(rate)/2)), maxFramesPerBuffer)
+}
+
 // inputRingFrames is the room of an input bridge's ring: how far the pump may fall behind the
 // device. The pump takes every buffer as it comes (a loaded board can hold a goroutine back for
 // a while; the microphone's own ring behind it holds a second more): three quarters of a
