@@ -41,6 +41,14 @@ type AudioConfig struct {
 	// wake-up.
 	InputLatency  time.Duration `yaml:"input_latency"`
 	OutputLatency time.Duration `yaml:"output_latency"`
+	// OutputRest is how long the speaker plays only silence before it closes its stream, to
+	// open it again when a reply comes (0, the default: never). A stream playing silence wakes
+	// the sound thread at every device period all day: a battery-powered satellite on a plain
+	// ALSA card wants a few seconds here. Outputs that take long to wake (HDMI sinks) or click
+	// when a stream starts want 0, and so does a speaker behind PulseAudio (fewer wake-ups,
+	// more CPU); the echo canceller verifies itself, protected, at the start of the first
+	// reply after a rest (see the README).
+	OutputRest time.Duration `yaml:"output_rest"`
 	// JitterBuffer is how long reply audio waits before it starts playing, so that a server
 	// producing about a second of speech per second plays without gaps (0: play at once).
 	JitterBuffer *time.Duration `yaml:"jitter_buffer"`
@@ -210,6 +218,9 @@ func (c AudioConfig) Validate() error {
 	}
 	if c.OutputLatency < time.Millisecond || c.OutputLatency > 2*time.Second {
 		bad("audio.output_latency: %v is outside 1ms..2s", c.OutputLatency)
+	}
+	if c.OutputRest < 0 || (c.OutputRest > 0 && c.OutputRest < time.Second) {
+		bad("audio.output_rest: %v is not 0 (never) or 1s or more", c.OutputRest)
 	}
 	if *c.JitterBuffer < 0 || *c.JitterBuffer > 2*time.Second {
 		bad("audio.jitter_buffer: %v is outside 0..2s", *c.JitterBuffer)

@@ -90,7 +90,8 @@ func openSpeaker(ctx context.Context, c devices.AudioConfig, echo *audio.EchoRef
 		}
 		return spk, desc, spk.Close, nil
 	}
-	spk, err := audio.OpenSpeaker(ctx, audio.SpeakerConfig{Device: spec, Rate: c.OutputRate, Volume: *c.Volume, Latency: c.OutputLatency, Echo: echo},
+	spk, err := audio.OpenSpeaker(ctx, audio.SpeakerConfig{Device: spec, Rate: c.OutputRate, Volume: *c.Volume, Latency: c.OutputLatency, Echo: echo,
+		RestAfter: c.OutputRest},
 		func(ok bool, err error) { report.state("speaker", ok, err) }, log.With("component", "speaker"))
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("audio.output: %w", err)

@@ -165,6 +165,8 @@ func TestConfigProblems(t *testing.T) {
 		{base + "mqtt:\n  broker: tcp://h\n  max_reconnect_interval: 100ms\n", `mqtt.max_reconnect_interval: 100ms is outside 1s..1h`},
 		{base + "mqtt:\n  broker: tcp://h\n  stats_interval: 1000h\n", `mqtt.stats_interval: 1000h0m0s is outside 1s..24h`},
 		{base + "audio:\n  input_latency: 1us\n", `audio.input_latency: 1µs is outside 1ms..2s`},
+		{base + "audio:\n  output_rest: 100ms\n", `audio.output_rest: 100ms is not 0 (never) or 1s or more`},
+		{base + "audio:\n  output_rest: -1s\n", `audio.output_rest: -1s is not 0 (never) or 1s or more`},
 		{base + "camera:\n  retry: 1h\n", `camera.retry: 1h0m0s is outside 10ms..1m`},
 		{base + "camera:\n  retry_max: 100h\n", `camera.retry_max: 100h0m0s is outside camera.retry..1h`},
 		{base + "control:\n  socket: /" + strings.Repeat("d", 120) + "/control.sock\n", `.sock is 134 bytes long; a unix socket path holds at most 107`},

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -889,9 +890,22 @@ func TestDeviceLossAndRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer spk.Close()
+	// A speaker at rest when the server goes finds out when it is next asked to play.
+	restStates := newStates()
+	rester, err := OpenSpeaker(ctx, SpeakerConfig{Device: "pulse", Volume: 100, RestAfter: time.Second}, restStates.on, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rester.Close()
 	p := make([]float32, 1600)
 	if _, err := mic.Read(ctx, p); err != nil {
 		t.Fatal(err)
+	}
+	for rester.Rests() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the resting speaker never rested")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 
 	// Read continuously in the background, as the agent does.
@@ -947,6 +961,11 @@ func TestDeviceLossAndRecovery(t *testing.T) {
 	if p := spk.Pending(); p > 100*time.Millisecond {
 		t.Errorf("while lost, 0.5 s played 1 s ago still pending: %v", p)
 	}
+	rester.Play(make([]float32, InputRate/2))
+	err = restStates.wait(t, "resting speaker loss", 10*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "pulse") {
+		t.Errorf("resting speaker's loss error %v: want it to name the device", err)
+	}
 
 	back := time.Now()
 	if err := card.Restart(); err != nil {
@@ -958,6 +977,9 @@ func TestDeviceLossAndRecovery(t *testing.T) {
 	t.Logf("microphone back %v after the server", time.Since(back).Round(time.Millisecond))
 	if err := spkStates.wait(t, "speaker back", 40*time.Second); err != nil {
 		t.Fatalf("speaker: %v", err)
+	}
+	if err := restStates.wait(t, "resting speaker back", 40*time.Second); err != nil {
+		t.Fatalf("resting speaker: %v", err)
 	}
 	// Audio flows again at real-time pace, from the device now.
 	n1, t1 := counted(), time.Now()
@@ -978,6 +1000,13 @@ func TestDeviceLossAndRecovery(t *testing.T) {
 	}
 	if spk.Pending() > 0 {
 		t.Errorf("after recovery the speaker does not play: Pending %v", spk.Pending())
+	}
+	rester.Play(make([]float32, InputRate/10))
+	for rester.Pending() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if rester.Pending() > 0 || rester.Losses() != 1 {
+		t.Errorf("after recovery the resting speaker: Pending %v, %d losses; want it playing, one loss", rester.Pending(), rester.Losses())
 	}
 	mic.Close()
 	select {
@@ -1100,5 +1129,136 @@ func TestHalfLatencyFrames(t *testing.T) {
 		if got := halfLatencyFrames(tt.configured, tt.latency, tt.rate); got != tt.want {
 			t.Errorf("halfLatencyFrames(%d, %v, %d) = %d, want %d", tt.configured, tt.latency, tt.rate, got, tt.want)
 		}
+	}
+}
+
+// A speaker with nothing to play closes its stream after RestAfter (nothing wakes for it at
+// rest), and Play opens it again: the sound plays, the device is not reported lost, and the
+// echo reference's timeline goes on where it was, the silence of the rest counted in by the
+// clock, so that the echo canceller's alignment holds. On the virtual card.
+func TestSpeakerRestsAndResumes(t *testing.T) {
+	card := testaudio.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rec := filepath.Join(t.TempDir(), "rest.wav")
+	stop := card.Record(t, rec)
+	ref := NewEchoReference()
+	var downs atomic.Int64
+	onState := func(ok bool, _ error) {
+		if !ok {
+			downs.Add(1)
+		}
+	}
+	const restAfter = 300 * time.Millisecond
+	spk, err := OpenSpeaker(ctx, SpeakerConfig{Device: "pulse", Volume: 100, Latency: 50 * time.Millisecond,
+		Echo: ref, RestAfter: restAfter}, onState, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spk.Close()
+	tone := func(d time.Duration) []float32 {
+		x := make([]float32, int(d.Seconds()*InputRate))
+		for i := range x {
+			x[i] = float32(0.5 * math.Sin(2*math.Pi*440*float64(i)/InputRate))
+		}
+		return x
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for !ok() {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: not within the test's time", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	timeline := func() (written int64, tm streamTiming, stopped bool) {
+		ref.mu.Lock()
+		defer ref.mu.Unlock()
+		return ref.written, ref.fit.timing(), ref.stopped
+	}
+	// Opened with nothing to play, it rests; the first tone wakes it, and after it it rests
+	// again.
+	waitFor("the speaker at rest after opening", func() bool { return spk.Rests() == 1 })
+	// Where a tone starts in the reference's index: looked for once it has played.
+	toneAt := func() int64 {
+		t.Helper()
+		time.Sleep(200 * time.Millisecond) // the device's buffer and the pump's record
+		ref.mu.Lock()
+		defer ref.mu.Unlock()
+		at := int64(-1)
+		for k := max(0, ref.written-int64(len(ref.buf))); k < ref.written; k++ {
+			if math.Abs(float64(ref.buf[k%int64(len(ref.buf))])) > 0.1 {
+				at = k
+				break
+			}
+		}
+		if at < 0 {
+			t.Fatal("the tone is not in the echo reference")
+		}
+		return at
+	}
+	spk.Play(tone(400 * time.Millisecond))
+	waitFor("the first tone played", func() bool { return spk.Pending() == 0 })
+	tone1 := toneAt()
+	waitFor("the speaker at rest after the tone", func() bool { return spk.Rests() == 2 })
+	w0, before, stopped := timeline()
+	if !stopped || !before.firm {
+		t.Fatalf("at rest: reference stopped %v, timing firm %v; want both", stopped, before.firm)
+	}
+	time.Sleep(time.Second)
+	if w, _, _ := timeline(); w != w0 {
+		t.Fatalf("the reference grew by %d samples while the speaker rested", w-w0)
+	}
+
+	spk.Play(tone(600 * time.Millisecond))
+	waitFor("the second tone played", func() bool { return spk.Pending() == 0 })
+	tone2 := toneAt()
+	waitFor("the timing measured again", func() bool { _, tm, _ := timeline(); return tm.firm })
+	w1, after, _ := timeline()
+	time.Sleep(400 * time.Millisecond)
+	stop()
+	if downs.Load() != 0 || spk.Losses() != 0 {
+		t.Errorf("the speaker was reported lost %d times (losses %d): a rest is not a loss", downs.Load(), spk.Losses())
+	}
+	if after.era != before.era {
+		t.Errorf("the timeline's era went from %d to %d: a rest must not start a new timeline", before.era, after.era)
+	}
+	rate := float64(spk.Rate())
+	moved := (after.base - before.base) / rate
+	t.Logf("rest: the reference held %d samples, %d after; the timeline moved %.1f ms across the rest", w0, w1, moved*1000)
+	if math.Abs(moved) > alignTolerance.Seconds() {
+		t.Errorf("the timeline moved %.1f ms across the rest, want within %v", moved*1000, alignTolerance)
+	}
+	if w1-w0 < int64(time.Second.Seconds()*rate) {
+		t.Errorf("the reference grew by %d samples across a rest of over a second: the rest's silence is not counted in", w1-w0)
+	}
+
+	// Both tones are heard, the second one whole: stretches of sound apart by more than 100 ms.
+	got, gotRate := readWAV(t, rec)
+	type stretch struct{ from, to int }
+	var heard []stretch
+	for i, v := range got {
+		if math.Abs(float64(v)) < 0.1 {
+			continue
+		}
+		if n := len(heard); n > 0 && i-heard[n-1].to <= gotRate/10 {
+			heard[n-1].to = i
+		} else {
+			heard = append(heard, stretch{i, i})
+		}
+	}
+	if len(heard) != 2 {
+		t.Fatalf("heard %d stretches of tone, want 2: %v", len(heard), heard)
+	}
+	if d := float64(heard[1].to-heard[1].from) / float64(gotRate); d < 0.9*0.6 {
+		t.Errorf("the tone after the rest was heard for %.3f s of 0.6", d)
+	}
+	// The sink played them as far apart as the reference holds them: its timeline went on.
+	atSink := float64(heard[1].from-heard[0].from) / float64(gotRate)
+	inRef := float64(tone2-tone1) / rate
+	t.Logf("the tones' starts %.4f s apart at the sink, %.4f s in the echo reference", atSink, inRef)
+	if math.Abs(atSink-inRef) > alignTolerance.Seconds() {
+		t.Errorf("the tones are %.1f ms further apart at the sink than in the echo reference, want within %v", (atSink-inRef)*1000, alignTolerance)
 	}
 }

@@ -94,7 +94,13 @@ func (r *EchoReference) play(played []float32, at float64, lost int, ev timeline
 	if r.buf == nil {
 		return
 	}
-	r.appendLocked(nil, lost)
+	if ev == timelineResumed {
+		// Nothing played while the speaker rested: the silence between goes in, as much as
+		// the timeline before the rest says was due by now, so that the index keeps step with
+		// the clock and the alignment held before the rest holds after it.
+		lost += r.fit.due(r.written, at, r.rate)
+	}
+	r.appendSilenceLocked(lost)
 	r.fit.note(ev)
 	r.fit.add(r.written, at, r.rate)
 	r.stopped = false
@@ -108,6 +114,16 @@ func (r *EchoReference) playMore(played []float32) {
 	if r.buf != nil {
 		r.appendLocked(played, len(played))
 	}
+}
+
+// appendSilenceLocked appends n samples of silence: past the ring's length, all of it is.
+func (r *EchoReference) appendSilenceLocked(n int) {
+	if n > len(r.buf) {
+		clear(r.buf)
+		r.written += int64(n - len(r.buf))
+		n = len(r.buf)
+	}
+	r.appendLocked(nil, n)
 }
 
 // appendLocked appends n samples of s (nil: silence) and wakes a watcher.
@@ -137,8 +153,8 @@ func (r *EchoReference) wakeLocked() {
 	}
 }
 
-// stop says the speaker is lost: until a new stream plays, nothing plays beyond what was
-// written, so the microphone need not wait for it.
+// stop says the speaker is lost or rests: until a stream plays again, nothing plays beyond
+// what was written, so the microphone need not wait for it.
 func (r *EchoReference) stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -242,7 +258,10 @@ func (r *EchoReference) timing() (int, streamTiming) {
 type streamTiming struct {
 	base float64
 	era  int64
-	ok   bool // false before the first callback of the era
+	// resumes counts the stream's rests within the era (timelineResumed): each is a timeline
+	// carried over by the clock, which the canceller verifies.
+	resumes int64
+	ok      bool // false before the first callback of the era
 	// firm: measured over enough callbacks since the era began or the host's last xrun for a
 	// late callback or two not to decide the median.
 	firm bool
@@ -264,6 +283,11 @@ const (
 	// on): the timing is measured afresh, and only a measured move is acted on, as evidence
 	// (see echoAligner).
 	timelineXrun
+	// timelineResumed: a stream opened again after the speaker rested (see
+	// SpeakerConfig.RestAfter): the same device, so the same echo path. The silence of the
+	// rest is counted in by the clock, and the timing is measured afresh, as after an xrun:
+	// only a measured move is acted on.
+	timelineResumed
 )
 
 // clockFit tracks the sample index a stream would have at clock time 0 (index − time·rate at
@@ -273,9 +297,10 @@ const (
 // eight callbacks, so that a dispute with the held alignment (see echoAligner) is raised before
 // much echo can pass.
 type clockFit struct {
-	n    int // callbacks seen in this era
-	era  int64
-	last [fitWindow]float64
+	n       int // callbacks seen in this era
+	era     int64
+	resumes int64
+	last    [fitWindow]float64
 }
 
 const fitWindow = 15
@@ -295,20 +320,33 @@ func (f *clockFit) note(ev timelineEvent) {
 		f.n, f.era = 0, f.era+1
 	case timelineXrun:
 		f.n = 0
+	case timelineResumed:
+		f.n = 0
+		f.resumes++
 	}
+}
+
+// due is how many samples beyond written the timeline measured so far puts at clock time at
+// (0 when it has measured nothing, or puts at no later).
+func (f *clockFit) due(written int64, at float64, rate int) int {
+	t := f.timing()
+	if !t.ok {
+		return 0
+	}
+	return int(max(0, math.Round(t.base+at*float64(rate))-float64(written)))
 }
 
 // timing is the median of the recent values of this era.
 func (f *clockFit) timing() streamTiming {
 	k := min(f.n, fitWindow)
 	if k == 0 {
-		return streamTiming{era: f.era}
+		return streamTiming{era: f.era, resumes: f.resumes}
 	}
 	var v [fitWindow]float64
 	copy(v[:], f.last[:k])
 	s := v[:k]
 	slices.Sort(s)
-	t := streamTiming{base: s[k/2], era: f.era, ok: true, firm: f.n >= fitFirm, recent: s[k/2]}
+	t := streamTiming{base: s[k/2], era: f.era, resumes: f.resumes, ok: true, firm: f.n >= fitFirm, recent: s[k/2]}
 	if k >= hintWindow {
 		var r [hintWindow]float64
 		for i := range r {
@@ -693,7 +731,10 @@ const (
 // settles a dispute between them and the held alignment; false while there is no alignment.
 func (c *cleaner) judge(mic streamTiming) bool {
 	a := c.align
-	ok, restarted := a.look(mic)
+	ok, restarted, resumed := a.look(mic)
+	if resumed && !restarted {
+		c.verifyAfterRest()
+	}
 	switch {
 	case !ok:
 		return false
@@ -753,6 +794,23 @@ func (c *cleaner) judge(mic streamTiming) bool {
 	}
 	c.relign(fmt.Sprintf("the canceller no longer cancels (%.0f dB)", c.erle.db()))
 	return true
+}
+
+// verifyAfterRest: the speaker's stream opened again after a rest, its timeline carried over
+// by the clock. The echo is where it was to within the timestamps' precision, which on a
+// sound server is a millisecond or two: enough to stop a canceller cancelling. A trusted
+// canceller learns again from the first frame, protected as at the start (only the user
+// clearly over the echo gets through; a doubt's 3 dB let the echo through here), without
+// forgetting what it knew, and is trusted again as soon as it shows it cancels: after half a second of the model's speech where the timeline
+// carried over exactly (as with ALSA's own timestamps), after a second or two where it did
+// not (the virtual card's PulseAudio: 0.3–3.7 ms off).
+func (c *cleaner) verifyAfterRest() {
+	if c.cfg.Echo != EchoAEC || !c.settled {
+		return
+	}
+	c.settled, c.learned, c.doubting = false, 0, false
+	c.erle.reset()
+	c.log.Debug("audio: the speaker resumed after a rest; the canceller verifies it still cancels")
 }
 
 // relign moves the alignment to the timestamps' and starts learning again.
@@ -991,6 +1049,7 @@ type echoAligner struct {
 	synced         bool
 	fresh          bool // the stream below starts anew at the next fetch
 	spkEra, micEra int64
+	spkResumes     int64 // the speaker's rests seen (streamTiming.resumes)
 	// The reference for capture sample k is the capture-rate stream's sample k+offset, between
 	// samples by linear interpolation; offset moves by offsetRate per sample (drift).
 	offset, offsetRate float64
@@ -1014,38 +1073,45 @@ func newEchoAligner(ref *EchoReference, micRate int, delay time.Duration) *echoA
 
 // look compares the timestamps with the held alignment, aligning afresh when there is none yet
 // or a stream's timeline restarted (restarted). ok is false while there is no alignment.
-func (a *echoAligner) look(mic streamTiming) (ok, restarted bool) {
+// resumed: the speaker's stream opened again after a rest since the last look, its timeline
+// carried over by the clock.
+func (a *echoAligner) look(mic streamTiming) (ok, restarted, resumed bool) {
 	spkRate, spk := a.ref.timing()
+	if spk.era == a.spkEra && spk.resumes != a.spkResumes {
+		resumed = true
+	}
+	a.spkResumes = spk.resumes
 	if !spk.ok || !mic.ok {
-		return a.synced, false
+		return a.synced, false, resumed && a.synced
 	}
 	if a.spkRate == 0 {
 		rs, err := pipeline.NewResampler(spkRate, a.micRate)
 		if err != nil {
-			return false, false
+			return false, false, false
 		}
 		if spkRate != a.micRate {
 			a.rs = rs
 		}
 		a.spkRate, a.ratio = spkRate, float64(a.micRate)/float64(spkRate)
 	}
+	resumed = resumed && a.synced
 	// The capture sample k was taken at clock time (k − micBase)/micRate; the speaker played
 	// index spkBase + that·spkRate then. In capture-rate units that is k + want.
 	want := spk.base*a.ratio - mic.base - a.delay
 	if !a.synced || spk.era != a.spkEra || mic.era != a.micEra {
 		a.spkEra, a.micEra = spk.era, mic.era
 		a.sync(want)
-		return true, true
+		return true, true, false
 	}
 	recent := spk.recent*a.ratio - mic.recent - a.delay
 	a.hinted = math.Abs(recent-a.offset-a.bias) > a.tolerance
 	if !spk.firm || !mic.firm {
 		// Too few callbacks since an xrun to tell a move from a late callback: no evidence yet.
 		a.disagree = 0
-		return true, false
+		return true, false, resumed
 	}
 	a.disagree = want - a.offset - a.bias
-	return true, false
+	return true, false, resumed
 }
 
 // disputed: the timestamps put the echo elsewhere than the held alignment does.

@@ -2,6 +2,7 @@ package audio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -48,6 +49,13 @@ type link struct {
 	// side: a speaker with nothing to play lets its callback play silence without waking Go
 	// (the bridge's idle flag), and its frames count as moved only once Go reads their records.
 	poll func()
+	// rest (may be nil) is asked, when a rest is requested (requestRest), whether the stream
+	// may close now; when it says yes, no callback of the stream touches its buffers from then
+	// on (it moved the generation, see retire), and the stream stays closed until
+	// requestResume. A device at rest is not watched: nothing wakes for it.
+	rest func() bool
+	// resumed (may be nil) runs when a stream has opened again after a rest.
+	resumed func()
 
 	startupGrace, stallTimeout time.Duration
 
@@ -56,6 +64,9 @@ type link struct {
 	delivered atomic.Int64  // the last generation whose stream has delivered
 	stopped   atomic.Int64  // the last generation whose stream PortAudio stopped
 	kick      chan struct{} // a token when delivered or stopped changes
+	restReq   chan struct{} // a token: close the stream if rest agrees
+	resumeReq chan struct{} // a token: open the resting stream again
+	rests     atomic.Int64  // rests taken
 	looks     atomic.Int64  // stall checks made: each is a wake-up of the process
 
 	// The supervising goroutine's own state.
@@ -73,7 +84,23 @@ func newLink(kind, verb, spec string, log *slog.Logger, onState func(bool, error
 		onState = func(bool, error) {}
 	}
 	return &link{kind: kind, verb: verb, spec: spec, log: log, onState: onState,
-		startupGrace: defaultStartupGrace, stallTimeout: defaultStallTimeout, kick: make(chan struct{}, 1)}
+		startupGrace: defaultStartupGrace, stallTimeout: defaultStallTimeout, kick: make(chan struct{}, 1),
+		restReq: make(chan struct{}, 1), resumeReq: make(chan struct{}, 1)}
+}
+
+// requestRest asks the supervisor to close the stream if rest agrees; requestResume to open
+// it again. Neither blocks.
+func (l *link) requestRest()   { token(l.restReq) }
+func (l *link) requestResume() { token(l.resumeReq) }
+
+// retire moves the generation on: the current stream's callbacks stop touching our buffers.
+func (l *link) retire() { l.gen.Add(1) }
+
+func token(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // current reports whether a callback of generation g may still touch the device's buffers.
@@ -104,12 +131,7 @@ func (l *link) finished(g int64) {
 	}
 }
 
-func (l *link) wake() {
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
-}
+func (l *link) wake() { token(l.kick) }
 
 // openStream opens a new stream (generation +1). It leaves l.stream set on success.
 func (l *link) openStream() error {
@@ -166,7 +188,8 @@ func (l *link) closeStream() {
 }
 
 // run supervises until ctx ends, then closes the stream and releases PortAudio. The first
-// stream is open already.
+// stream is open already. A stream whose device rests (see rest) is closed meanwhile and
+// opened again when wanted; one that cannot be is a loss.
 func (l *link) run(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	defer func() {
@@ -175,6 +198,18 @@ func (l *link) run(ctx context.Context, done chan<- struct{}) {
 	}()
 	for {
 		since, err := l.watch(ctx)
+		if err == errRest {
+			l.closeStream()
+			l.rests.Add(1)
+			l.log.Debug("audio: device at rest", "device", l.kind, "name", l.name)
+			switch err = l.restUntilWanted(ctx); err {
+			case nil:
+				return
+			case errResumed:
+				continue
+			}
+			since = time.Now() // nothing was due to play while it rested
+		}
 		if err == nil {
 			return
 		}
@@ -191,6 +226,32 @@ func (l *link) run(ctx context.Context, done chan<- struct{}) {
 		l.onState(true, nil)
 	}
 }
+
+// errRest is watch's answer when the stream may rest (closed by run).
+var errRest = errors.New("at rest")
+
+// restUntilWanted waits, with the stream closed, until it is wanted again and opens it: nil
+// when ctx ended first, errResumed once the new stream is open (it is watched from then on as
+// any new stream: it has the startup grace to deliver), or why it could not be opened (a
+// loss: run reopens with backoff).
+func (l *link) restUntilWanted(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-l.resumeReq:
+	}
+	if err := l.openStream(); err != nil {
+		return fmt.Errorf("%s %s %q: open again after a rest: %w", l.verb, l.kind, l.name, err)
+	}
+	l.log.Debug("audio: device resumed", "device", l.kind, "name", l.name)
+	if l.resumed != nil {
+		l.resumed()
+	}
+	return errResumed
+}
+
+// errResumed: restUntilWanted opened the stream again; not a loss.
+var errResumed = errors.New("resumed")
 
 // watch waits until the stream stops delivering (returning when it last did, and why) or ctx
 // ends (nil error). It wakes when PortAudio reports the stream stopped, and for a stall check:
@@ -216,6 +277,14 @@ func (l *link) watch(ctx context.Context) (time.Time, error) {
 		select {
 		case <-ctx.Done():
 			return last(), nil
+		case <-l.restReq:
+			select {
+			case <-l.resumeReq: // from before: only a request after rest agrees counts
+			default:
+			}
+			if l.rest != nil && l.rest() {
+				return last(), errRest
+			}
 		case <-l.kick:
 			if l.stopped.Load() == g {
 				return last(), fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)

@@ -338,6 +338,7 @@ type outputHooks struct {
 	played  playedFunc    // what the device played, buffer by buffer (nil: not wanted)
 	flushes *atomic.Int64 // counts flushes: each new one drops what the ring holds (bridge.c)
 	sound   func() bool   // whether sound waits to be queued
+	idle    func(bool)    // (may be nil) the pump has nothing to play, or has again
 }
 
 // outputAhead is how much an output stream keeps queued in its ring (at least two device
@@ -623,6 +624,9 @@ func (o *outputPump) service() {
 	if idle != o.idle {
 		o.idle = idle
 		atomic.StoreInt32(flag(&b.idle), int32(boolInt(idle)))
+		if o.hooks.idle != nil {
+			o.hooks.idle(idle)
+		}
 	}
 	if idle {
 		return
@@ -673,6 +677,13 @@ func (o *outputPump) wakeNext() {
 	if !o.closed {
 		atomic.StoreInt32(flag(&o.b.eager), 1)
 	}
+}
+
+// isIdle reports whether the pump had nothing to play when it last looked.
+func (o *outputPump) isIdle() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.idle && !o.closed
 }
 
 // stop makes service do nothing from now on: the bridge is about to be freed.

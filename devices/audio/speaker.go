@@ -40,6 +40,14 @@ type SpeakerConfig struct {
 	// Echo, when set, receives everything the speaker plays (after the volume), for the
 	// microphone's echo canceller.
 	Echo *EchoReference
+	// RestAfter is how long the speaker plays only silence before it closes its stream (0:
+	// never). A stream playing silence still wakes PortAudio's thread at every device period,
+	// most of a satellite's day; at rest nothing wakes for the speaker, and the next Play
+	// opens the stream again (15 ms on the virtual card) on the same timeline, so that the
+	// echo canceller keeps its alignment and what it learnt (it verifies itself, protected, at
+	// the start of what plays next: see the README). Outputs that take long to wake (HDMI
+	// sinks) or click when a stream starts want 0.
+	RestAfter time.Duration
 }
 
 // DefaultSpeakerConfig is the default device at its native rate and full volume.
@@ -60,6 +68,8 @@ func (c SpeakerConfig) Validate() error {
 		return fmt.Errorf("speaker latency %v: want 0..2s", c.Latency)
 	case c.FramesPerBuffer < 0 || c.FramesPerBuffer > maxFramesPerBuffer:
 		return fmt.Errorf("speaker frames per buffer %d: want 0..%d", c.FramesPerBuffer, maxFramesPerBuffer)
+	case c.RestAfter < 0:
+		return fmt.Errorf("speaker rest after %v: want 0 (never) or more", c.RestAfter)
 	}
 	return nil
 }
@@ -91,6 +101,17 @@ type Speaker struct {
 	// it passes on to the stream's callback.
 	out     atomic.Pointer[outputPump]
 	flushes atomic.Int64
+
+	// At rest (see SpeakerConfig.RestAfter) the stream is closed; resume says the next stream
+	// opens after a rest, so its first buffer continues the timeline. Play and rest decide
+	// under restMu, so that no sound is queued into a stream that is closing.
+	restMu  sync.Mutex
+	resting bool
+	resume  bool
+	// The rest timer runs while the pump has nothing to play, from idleSince.
+	timerMu   sync.Mutex
+	restTimer *time.Timer
+	idleSince atomic.Int64 // Unix ns; 0 while there is sound to play
 }
 
 // speakerChunk is the callback's mono scratch size in frames; bigger buffers are pulled in
@@ -112,6 +133,9 @@ func OpenSpeaker(ctx context.Context, cfg SpeakerConfig, onState func(ok bool, e
 	s.link.lost = s.setLost
 	s.link.back = s.setBack
 	s.link.poll = s.service // while idle nothing else may read its records for a while
+	if cfg.RestAfter > 0 {
+		s.link.rest, s.link.resumed = s.rest, s.resumed
+	}
 	if err := s.link.openStream(); err != nil {
 		paRelease()
 		return nil, fmt.Errorf("open speaker %q: %w", cfg.Device, err)
@@ -184,24 +208,33 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 		if echo != nil {
 			mono = make([]float32, speakerChunk)
 		}
-		first := true // a new stream: a new timeline for the echo canceller
+		// A new stream: a new timeline for the echo canceller, or after a rest the same one.
+		first, start := true, timelineNew
+		if s.resume {
+			start = timelineResumed
+		}
 		played := func(frames []float32, info bufferInfo) {
 			if !link.current(gen) {
 				return
 			}
 			link.moved(gen)
 			if echo != nil {
-				writeEcho(echo, frames, ch, mono, info, first)
+				ev := info.timeline(first)
+				if first {
+					ev = start
+				}
+				writeEcho(echo, frames, ch, mono, info, ev)
 			}
 			first = false
 		}
-		hooks := &outputHooks{played: played, flushes: &s.flushes, sound: func() bool { return pb.Pending() > 0 }}
+		hooks := &outputHooks{played: played, flushes: &s.flushes, sound: func() bool { return pb.Pending() > 0 }, idle: s.idleChanged}
 		st, err := paOpen(dev, false, ch, lat, s.rate, halfLatencyFrames(s.cfg.FramesPerBuffer, lat, s.rate), cb, hooks, wakeCell{}, func() { link.finished(gen) })
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		s.channels = ch
+		s.resume = false
 		s.out.Store(st.out)
 		return st, dev.name, nil
 	}
@@ -239,10 +272,9 @@ func fillOutput(pb *pipeline.Playback, out []float32, ch int, scratch []float32)
 }
 
 // writeEcho hands what the device played (ch interleaved channels carrying one signal, as the
-// bridge noted it; first: the stream's first buffer) to the echo reference as mono, using mono
-// as room.
-func writeEcho(echo *EchoReference, frames []float32, ch int, mono []float32, info bufferInfo, first bool) {
-	ev := info.timeline(first)
+// bridge noted it; ev: what became of the timeline before it) to the echo reference as mono,
+// using mono as room.
+func writeEcho(echo *EchoReference, frames []float32, ch int, mono []float32, info bufferInfo, ev timelineEvent) {
 	if ch == 1 {
 		echo.play(frames, info.at, info.lost, ev)
 		return
@@ -268,6 +300,9 @@ func (s *Speaker) setLost(since time.Time, _ error) {
 	if s.cfg.Echo != nil {
 		s.cfg.Echo.stop() // nothing plays now: the microphone need not wait for it
 	}
+	s.restMu.Lock()
+	s.resting, s.resume = false, false // the stream that opens next is a new one
+	s.restMu.Unlock()
 	s.drainMu.Lock()
 	s.drain.Restart(since)
 	s.lost.Store(true)
@@ -313,12 +348,77 @@ func (s *Speaker) wantPlayed() {
 	}
 }
 
-// Play queues 24 kHz mono samples (agent.Speaker); it does not wait for the device.
+// Play queues 24 kHz mono samples (agent.Speaker); it does not wait for the device. A
+// speaker at rest opens its stream again (its supervisor does, and the new stream's pump then
+// takes the queue).
 func (s *Speaker) Play(samples []float32) {
 	s.catchUp()
+	s.restMu.Lock()
 	s.pb.Play(samples)
+	resting := s.resting
+	s.restMu.Unlock()
+	if resting {
+		s.link.requestResume()
+		return
+	}
 	s.service() // a reply starting need not wait for the pump (see outputPump.service)
 }
+
+// idleChanged runs the rest timer while the pump has nothing to play (its idle hook).
+func (s *Speaker) idleChanged(idle bool) {
+	if s.cfg.RestAfter <= 0 {
+		return
+	}
+	s.timerMu.Lock()
+	defer s.timerMu.Unlock()
+	if !idle {
+		s.idleSince.Store(0)
+		if s.restTimer != nil {
+			s.restTimer.Stop()
+		}
+		return
+	}
+	s.idleSince.Store(time.Now().UnixNano())
+	if s.restTimer == nil {
+		s.restTimer = time.AfterFunc(s.cfg.RestAfter, s.link.requestRest)
+	} else {
+		s.restTimer.Reset(s.cfg.RestAfter)
+	}
+}
+
+// rest is the supervisor's question before it closes the stream: yes when the speaker has
+// had nothing to play for RestAfter. Then no sound goes to the stream from now on (its
+// callbacks are retired) and Play asks for it to be opened again.
+func (s *Speaker) rest() bool {
+	s.restMu.Lock()
+	defer s.restMu.Unlock()
+	since := s.idleSince.Load()
+	o := s.out.Load()
+	if s.resting || o == nil || since == 0 || time.Since(time.Unix(0, since)) < s.cfg.RestAfter ||
+		s.pb.Pending() > 0 || !o.isIdle() {
+		return false
+	}
+	s.resting, s.resume = true, true
+	s.idleSince.Store(0)
+	s.link.retire()
+	o.stop() // waits out a service under way: nothing more is published from this stream
+	s.out.Store(nil)
+	if s.cfg.Echo != nil {
+		s.cfg.Echo.stop() // nothing plays at rest: the microphone need not wait for it
+	}
+	return true
+}
+
+// resumed runs when the stream has opened again after a rest: the new stream takes the queue.
+func (s *Speaker) resumed() {
+	s.restMu.Lock()
+	s.resting = false
+	s.restMu.Unlock()
+	s.service()
+}
+
+// Rests is how many times the speaker's stream closed to rest.
+func (s *Speaker) Rests() int64 { return s.link.rests.Load() }
 
 // FlushAfter drops queued audio beyond keep (agent.Speaker); FlushAfter(0) silences the
 // output within the device's buffer and one more buffer, with a 3 ms fade: what the stream's
@@ -376,6 +476,11 @@ func (s *Speaker) Losses() int64 { return s.link.losses.Load() }
 func (s *Speaker) Close() error {
 	var err error
 	s.once.Do(func() {
+		s.timerMu.Lock()
+		if s.restTimer != nil {
+			s.restTimer.Stop()
+		}
+		s.timerMu.Unlock()
 		s.cancel()
 		select {
 		case <-s.done:
