@@ -84,7 +84,9 @@ import (
 // pay for their output stream, which runs while it plays only silence),
 // audio_alsa_talking (the paced card with the demo's speech as what its microphone hears, so
 // that the simulator answers and the speaker plays, as in a conversation: the other device
-// rows hear silence, as a satellite does between conversations), and
+// rows hear silence, as a satellite does between conversations), audio_alsa_rest and
+// audio_pulse_rest (audio_alsa and audio_pulse with output_rest: 2s: the speaker, with nothing
+// to play, closes its stream), and
 // python_probe (not omnisat: testdata/probe/probe.py, a Python client streaming the same WAV to
 // the same simulator as the MiniCPM-o project's audio_probe.py does, the yardstick of issue 15's
 // CPU goal; measured as the floor is).
@@ -148,6 +150,8 @@ func BenchmarkFootprint(b *testing.B) {
 			setup: func(b *testing.B) { makeVideo(b, rawVideo, "-c:v", "rawvideo") }},
 		{name: "audio_pulse", mode: "audio", audio: "input: default\n  output: default", camera: "none",
 			setup: func(b *testing.B) { testaudio.Start(b) }},
+		{name: "audio_pulse_rest", mode: "audio", audio: "input: default\n  output: default\n  output_rest: 2s", camera: "none",
+			setup: func(b *testing.B) { testaudio.Start(b) }},
 		{name: "audio_alsa", mode: "audio", audio: "input: default\n  output: default", camera: "none",
 			setup: func(b *testing.B) { pacedCard(b, dir, "") }},
 		{name: "audio_alsa_bare", mode: "audio", audio: "input: default\n  output: default", camera: "none",
@@ -156,6 +160,8 @@ func BenchmarkFootprint(b *testing.B) {
 			setup: func(b *testing.B) { pacedCard(b, dir, "") }},
 		{name: "audio_alsa_talking", mode: "audio", audio: "input: default\n  output: default", camera: "none",
 			setup: func(b *testing.B) { pacedCard(b, dir, talkingRoom(b, dir, wavPath)) }},
+		{name: "audio_alsa_rest", mode: "audio", audio: "input: default\n  output: default\n  output_rest: 2s", camera: "none",
+			setup: func(b *testing.B) { pacedCard(b, dir, "") }},
 	} {
 		if !selected(fc.name) {
 			continue
