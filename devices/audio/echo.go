@@ -798,12 +798,12 @@ func (c *cleaner) judge(mic streamTiming) bool {
 
 // verifyAfterRest: the speaker's stream opened again after a rest, its timeline carried over
 // by the clock. The echo is where it was to within the timestamps' precision, which on a
-// sound server is a millisecond or two: enough to stop a canceller cancelling. A trusted
+// sound server is a few milliseconds: enough to stop a canceller cancelling. A trusted
 // canceller learns again from the first frame, protected as at the start (only the user
 // clearly over the echo gets through; a doubt's 3 dB let the echo through here), without
-// forgetting what it knew, and is trusted again as soon as it shows it cancels: after half a second of the model's speech where the timeline
-// carried over exactly (as with ALSA's own timestamps), after a second or two where it did
-// not (the virtual card's PulseAudio: 0.3–3.7 ms off).
+// forgetting what it knew, and is trusted again as soon as it shows it cancels: within a
+// second of the model's speech where the timestamps are exact (the test rig's), in 2–5 s on
+// the virtual card, whose PulseAudio put the echo 0.3–3.7 ms off.
 func (c *cleaner) verifyAfterRest() {
 	if c.cfg.Echo != EchoAEC || !c.settled {
 		return

@@ -164,7 +164,7 @@ func TestEchoReferencePeak(t *testing.T) {
 // TestEchoCancelledAcrossARest: the speaker rests between two bursts of the model's speech
 // (SpeakerConfig.RestAfter) and its stream opens again for the second, on the timeline carried
 // over by the clock. On the virtual card the echo is then where the reference puts it to within
-// a millisecond or two (PulseAudio's timestamps are no finer), which is enough to stop the
+// a few milliseconds (PulseAudio's timestamps are no finer), which is enough to stop the
 // canceller cancelling: it verifies itself, protected, so that the echo does not pass at the
 // start of the burst. (The rig's TestEchoAcrossARest shows the alignment kept.)
 func TestEchoCancelledAcrossARest(t *testing.T) {
@@ -228,25 +228,27 @@ func TestEchoCancelledAcrossARest(t *testing.T) {
 	moved := float64(second-first)/OutputRate - float64(ref2-ref1)/float64(spk.Rate())
 	t.Logf("the bursts %.4f s apart in the reference, %.4f s at the microphone: the echo moved %.1f ms across the rest; %d frames muted during the burst after it",
 		float64(ref2-ref1)/float64(spk.Rate()), float64(second-first)/OutputRate, moved*1000, after.MutedFrames-before.MutedFrames)
-	if math.Abs(moved) > 0.005 {
-		t.Errorf("the echo moved %.1f ms across the rest, want within 5 ms", moved*1000)
+	// A timeline not carried over would put it tens or hundreds of milliseconds off; the
+	// timestamps' own precision, and an xrun under load, a few.
+	if math.Abs(moved) > alignTolerance.Seconds() {
+		t.Errorf("the echo moved %.1f ms across the rest, want within %v", moved*1000, alignTolerance)
 	}
 	if a, b := first+2*OutputRate, first+len(far16); b > a {
 		t.Logf("the first burst from 2 s on: ERLE %.1f dB", signaltest.LevelDB(rawOut[a:b])-signaltest.LevelDB(cleanOut[a:b]))
 	}
-	// Its first second, where the echo would pass unverified (5–9 dB here without the
-	// verification), and the whole burst.
-	for _, check := range []struct {
-		span int
-		want float64
-	}{{OutputRate, 15}, {len(far16), 12}} {
-		a, b := second, min(n, second+check.span)
-		erle := signaltest.LevelDB(rawOut[a:b]) - signaltest.LevelDB(cleanOut[a:b])
-		t.Logf("after the rest, over %.1f s from its start: ERLE %.1f dB", float64(b-a)/OutputRate, erle)
-		if erle < check.want {
-			t.Errorf("ERLE %.1f dB over %.1f s from the start of the burst after the rest, want ≥ %.0f: the echo passed",
-				erle, float64(b-a)/OutputRate, check.want)
-		}
+	// What passes of the echo right after the rest. Unverified, the canceller lets it through
+	// at 7–8 dB below the microphone for the first half second, until its doubt catches it;
+	// verified, the microphone is muted while the speaker plays from the first frame. No
+	// barge-in either way (the agent's detector at its defaults) over the burst.
+	v := judgeEcho(rawOut, cleanOut, second, min(n, second+len(far16)), OutputRate)
+	first1 := signaltest.LevelDB(rawOut[second:second+OutputRate]) - signaltest.LevelDB(cleanOut[second:second+OutputRate])
+	t.Logf("after the rest: ERLE %.1f dB over its first second, %.1f dB over the burst; per half second %v; %d barge-ins",
+		first1, v.erle, v.halves, v.bargeIns)
+	if len(v.halves) == 0 || v.halves[0] < 15 {
+		t.Errorf("ERLE over the first half second after the rest %v dB, want ≥ 15: the echo passed", v.halves)
+	}
+	if v.bargeIns > 0 {
+		t.Errorf("the echo after the rest started %d barge-ins, want none", v.bargeIns)
 	}
 }
 

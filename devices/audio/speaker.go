@@ -108,10 +108,11 @@ type Speaker struct {
 	restMu  sync.Mutex
 	resting bool
 	resume  bool
-	// The rest timer runs while the pump has nothing to play, from idleSince.
+	// The rest timer runs while the pump has nothing to play, from idleSince (zero while
+	// there is sound to play; a monotonic reading, so a clock stepped by NTP changes nothing).
 	timerMu   sync.Mutex
 	restTimer *time.Timer
-	idleSince atomic.Int64 // Unix ns; 0 while there is sound to play
+	idleSince time.Time
 }
 
 // speakerChunk is the callback's mono scratch size in frames; bigger buffers are pulled in
@@ -372,13 +373,13 @@ func (s *Speaker) idleChanged(idle bool) {
 	s.timerMu.Lock()
 	defer s.timerMu.Unlock()
 	if !idle {
-		s.idleSince.Store(0)
+		s.idleSince = time.Time{}
 		if s.restTimer != nil {
 			s.restTimer.Stop()
 		}
 		return
 	}
-	s.idleSince.Store(time.Now().UnixNano())
+	s.idleSince = time.Now()
 	if s.restTimer == nil {
 		s.restTimer = time.AfterFunc(s.cfg.RestAfter, s.link.requestRest)
 	} else {
@@ -392,14 +393,18 @@ func (s *Speaker) idleChanged(idle bool) {
 func (s *Speaker) rest() bool {
 	s.restMu.Lock()
 	defer s.restMu.Unlock()
-	since := s.idleSince.Load()
+	s.timerMu.Lock()
+	since := s.idleSince
+	s.timerMu.Unlock()
 	o := s.out.Load()
-	if s.resting || o == nil || since == 0 || time.Since(time.Unix(0, since)) < s.cfg.RestAfter ||
+	if s.resting || o == nil || since.IsZero() || time.Since(since) < s.cfg.RestAfter ||
 		s.pb.Pending() > 0 || !o.isIdle() {
 		return false
 	}
 	s.resting, s.resume = true, true
-	s.idleSince.Store(0)
+	s.timerMu.Lock()
+	s.idleSince = time.Time{} // the next stream's pump starts the timer afresh
+	s.timerMu.Unlock()
 	s.link.retire()
 	o.stop() // waits out a service under way: nothing more is published from this stream
 	s.out.Store(nil)
