@@ -322,9 +322,9 @@ func TestEchoAfterTheSpeakerRested(t *testing.T) {
 
 // TestEchoAcrossARest: the speaker rests between two bursts of the model's speech, its stream
 // closed, and opens again on the same timeline (timelineResumed), carried over by timestamps
-// that are exact here as ALSA's own are. The canceller verifies, protected, that it still
-// cancels, and finds that it does as soon as it can tell (half a second of the model's
-// speech): no re-alignment, no barge-in, and what it learnt kept. (A stream opened on a new
+// that are exact here (as a plain ALSA card's should be). The canceller verifies, protected,
+// that it still cancels, and finds that it does as soon as it can tell (half a second of the
+// model's speech, and the hang-over): no re-alignment, no barge-in, and what it learnt kept. (A stream opened on a new
 // timeline instead is aligned and learnt afresh: two alignments, 26 % of the frames after the
 // rest muted and 34.5 dB over the burst, against 14 % and 83 dB here.)
 func TestEchoAcrossARest(t *testing.T) {
