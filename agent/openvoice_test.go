@@ -47,6 +47,17 @@ func TestOpenVoiceSmallFramesAndTTSRate(t *testing.T) {
 	if loud < 9500 || loud > 12500 {
 		t.Errorf("%d loud samples on the 24 kHz speaker, want about 10700 (0.5 s of speech)", loud)
 	}
+	// Ten frames or more to judge: they come at real time, 40 ms each, and the steps above may
+	// take less than the 400 ms ten of them need (9 had come in a CI run).
+	sent := func() (n int) {
+		for _, rec := range h.sim.Sessions() {
+			n += len(rec.Appends)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(10 * time.Second); sent() < 10 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	// Every session's frames (a loaded machine may lose a session on the way), but the last of
 	// each, which a close may cut short.
 	frames := 0
