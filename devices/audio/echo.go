@@ -732,7 +732,7 @@ const (
 func (c *cleaner) judge(mic streamTiming) bool {
 	a := c.align
 	ok, restarted, resumed := a.look(mic)
-	if resumed && !restarted {
+	if resumed {
 		c.verifyAfterRest()
 	}
 	switch {
@@ -1074,15 +1074,13 @@ func newEchoAligner(ref *EchoReference, micRate int, delay time.Duration) *echoA
 // look compares the timestamps with the held alignment, aligning afresh when there is none yet
 // or a stream's timeline restarted (restarted). ok is false while there is no alignment.
 // resumed: the speaker's stream opened again after a rest since the last look, its timeline
-// carried over by the clock.
+// carried over by the clock (never with restarted: a new alignment has nothing to verify).
 func (a *echoAligner) look(mic streamTiming) (ok, restarted, resumed bool) {
 	spkRate, spk := a.ref.timing()
-	if spk.era == a.spkEra && spk.resumes != a.spkResumes {
-		resumed = true
-	}
+	resumed = a.synced && spk.era == a.spkEra && spk.resumes != a.spkResumes
 	a.spkResumes = spk.resumes
 	if !spk.ok || !mic.ok {
-		return a.synced, false, resumed && a.synced
+		return a.synced, false, resumed
 	}
 	if a.spkRate == 0 {
 		rs, err := pipeline.NewResampler(spkRate, a.micRate)
@@ -1094,7 +1092,6 @@ func (a *echoAligner) look(mic streamTiming) (ok, restarted, resumed bool) {
 		}
 		a.spkRate, a.ratio = spkRate, float64(a.micRate)/float64(spkRate)
 	}
-	resumed = resumed && a.synced
 	// The capture sample k was taken at clock time (k − micBase)/micRate; the speaker played
 	// index spkBase + that·spkRate then. In capture-rate units that is k + want.
 	want := spk.base*a.ratio - mic.base - a.delay
