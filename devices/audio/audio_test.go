@@ -1184,15 +1184,7 @@ func TestSpeakerRestsAndResumes(t *testing.T) {
 	toneAt := func() int64 {
 		t.Helper()
 		time.Sleep(200 * time.Millisecond) // the device's buffer and the pump's record
-		ref.mu.Lock()
-		defer ref.mu.Unlock()
-		at := int64(-1)
-		for k := max(0, ref.written-int64(len(ref.buf))); k < ref.written; k++ {
-			if math.Abs(float64(ref.buf[k%int64(len(ref.buf))])) > 0.1 {
-				at = k
-				break
-			}
-		}
+		at := firstAbove(ref, 0.1)
 		if at < 0 {
 			t.Fatal("the tone is not in the echo reference")
 		}

@@ -64,6 +64,19 @@ func openEchoScene(ctx context.Context, t *testing.T, cfg SpeakerConfig) (spk *S
 	return spk, raw, clean
 }
 
+// firstAbove is the index of the first sample the reference still holds whose magnitude is
+// over level, or -1.
+func firstAbove(r *EchoReference, level float64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := max(0, r.written-int64(len(r.buf))); k < r.written; k++ {
+		if math.Abs(float64(r.buf[k%int64(len(r.buf))])) > level {
+			return k
+		}
+	}
+	return -1
+}
+
 // captureBoth reads both microphones in the background until the returned stop, which
 // returns what each delivered.
 func captureBoth(ctx context.Context, t *testing.T, raw, clean *Microphone) (stop func() (rawOut, cleanOut []float32)) {
@@ -186,16 +199,7 @@ func TestEchoCancelledAcrossARest(t *testing.T) {
 
 	// Where the latest burst starts in the reference's index (looked for while the reference
 	// still holds its start).
-	burstAt := func() int64 {
-		ref.mu.Lock()
-		defer ref.mu.Unlock()
-		for k := max(0, ref.written-int64(len(ref.buf))); k < ref.written; k++ {
-			if math.Abs(float64(ref.buf[k%int64(len(ref.buf))])) > 0.01 {
-				return k
-			}
-		}
-		return -1
-	}
+	burstAt := func() int64 { return firstAbove(ref, 0.01) }
 	farPlay := resampleTo(t, farSrc, farRate, InputRate)
 	farDur := time.Duration(float64(len(farSrc)) / float64(farRate) * float64(time.Second))
 	spk.Play(farPlay)
