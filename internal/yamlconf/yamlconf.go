@@ -210,9 +210,14 @@ func (c *checker) leaf(n *yaml.Node, t reflect.Type, path string) bool {
 		return false
 	}
 	if t == durationType {
-		if tag := n.ShortTag(); (tag == "!!int" || tag == "!!float") && n.Value != "0" {
-			c.addf(n, path, "%s has no unit; write a duration such as %ss or %sms", n.Value, n.Value, n.Value)
-			return false
+		if tag := n.ShortTag(); tag == "!!int" || tag == "!!float" {
+			if n.Value != "0" {
+				c.addf(n, path, "%s has no unit; write a duration such as %ss or %sms", n.Value, n.Value, n.Value)
+				return false
+			}
+			// A bare 0 needs no unit, but yaml.v3 decodes no number into a time.Duration:
+			// give it the string Go parses.
+			n.Tag, n.Value = "!!str", "0s"
 		}
 	}
 	switch t.Kind() {

@@ -65,6 +65,19 @@ camera:
 	}
 }
 
+// A duration of 0 needs no unit (the documented "0: never" of several settings), also through
+// ${VAR}; yaml.v3 alone refuses a number for a time.Duration.
+func TestDecodeZeroDuration(t *testing.T) {
+	for _, src := range []string{"chunk: 0\n", "chunk: ${ZERO}\n", "chunk: \"0\"\n", "chunk: 0s\n"} {
+		c := testConfig{Chunk: 5 * time.Second}
+		if err := Decode([]byte(src), &c, env(map[string]string{"ZERO": "0"})); err != nil {
+			t.Errorf("%q: %v", src, err)
+		} else if c.Chunk != 0 {
+			t.Errorf("%q: chunk %v", src, c.Chunk)
+		}
+	}
+}
+
 func TestDecodeEmpty(t *testing.T) {
 	for _, src := range []string{"", "\n", "# only a comment\n", "~\n"} {
 		var c testConfig
