@@ -180,6 +180,8 @@ func (l *link) closeStream() {
 		if s.lost > 0 { // an output's count includes the silence it started with
 			l.log.Info("audio: frames lost between the device and the pump", "device", l.kind, "frames", s.lost)
 		}
+		// The process's count, not the stream's: alsawait.c cannot tell streams apart.
+		l.log.Debug("audio: stream closed", "device", l.kind, "name", l.name, "denied_readiness_in_process", deniedReadiness())
 	case <-t.C:
 		// Its goroutine ends if PortAudio ever returns; paClose keeps PortAudio initialised
 		// meanwhile, and other devices are not blocked by it.

@@ -15,7 +15,7 @@ package audio
 /*
 // PortAudio's static archive (hostapis.c says why) and what it needs; these flags serve the
 // whole package.
-#cgo LDFLAGS: -l:libportaudio.a -lm -lpthread
+#cgo LDFLAGS: -l:libportaudio.a -lm -lpthread -Wl,--wrap=snd_pcm_poll_descriptors_revents
 #cgo pkg-config: alsa
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +25,9 @@ package audio
 #include <dlfcn.h>
 #include <portaudio.h>
 #include "bridge.h"
+
+// alsawait.c: readiness a device's descriptors gave and the device denied, in this process.
+long long omnisatDeniedReadiness(void);
 
 // omnisatDropProbes frees ALSA's global configuration, and with it the plugin libraries it
 // loaded that nothing else holds: Pa_Initialize opens every ALSA device and plugin the
@@ -307,6 +310,11 @@ func paDevices() ([]paDevice, int, int, error) {
 	}
 	return devs, int(C.Pa_GetDefaultInputDevice()), int(C.Pa_GetDefaultOutputDevice()), nil
 }
+
+// deniedReadiness counts the times, in this process, that a device's descriptors were ready
+// and the device said it was not, each answered with a pause instead of PortAudio's next poll
+// (alsawait.c).
+func deniedReadiness() int64 { return int64(C.omnisatDeniedReadiness()) }
 
 func seconds(t C.PaTime) time.Duration { return time.Duration(float64(t) * float64(time.Second)) }
 
