@@ -81,6 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	o.Dialect = realtimetest.Dialect(*dialect)
+	o.Unrecorded = true // nobody reads this program's records, and it may serve for days
 	o.Models, o.TTSModels = splitList(*models), splitList(*ttsModels)
 	for _, q := range quirks {
 		if err := o.SetQuirk(q); err != nil {

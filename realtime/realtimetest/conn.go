@@ -143,7 +143,7 @@ func (c *wsConn) readLoop() {
 		if mt == websocket.TextMessage {
 			typ = peekType(data)
 		}
-		c.srv.update(func() { c.rec.Received = append(c.rec.Received, typ) })
+		c.srv.record(func() { c.rec.Received = append(c.rec.Received, typ) })
 		c.inMu.Lock()
 		c.inQ = append(c.inQ, inFrame{binary: mt == websocket.BinaryMessage, data: data, at: time.Now()})
 		c.inMu.Unlock()
@@ -220,7 +220,7 @@ func (c *wsConn) write(f outFrame) bool {
 		if f.op == opBinary {
 			mt = websocket.BinaryMessage
 		}
-		c.srv.update(func() { c.rec.Sent = append(c.rec.Sent, f.typ) })
+		c.srv.record(func() { c.rec.Sent = append(c.rec.Sent, f.typ) })
 		_ = c.ws.SetWriteDeadline(time.Now().Add(c.dead))
 		if err := c.ws.WriteMessage(mt, f.data); err != nil {
 			return false

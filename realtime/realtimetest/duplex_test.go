@@ -198,6 +198,42 @@ func TestParrotAudioContent(t *testing.T) {
 	}
 }
 
+// TestUnrecorded: a server that keeps no growing records (the simulator program, which serves
+// for days) still answers as always, and its record holds the session but none of what grows
+// with its length: the same exchange recorded keeps every sample and message.
+func TestUnrecorded(t *testing.T) {
+	for _, unrecorded := range []bool{false, true} {
+		s := newSrv(t, Options{Dialect: Current, ForceListenCount: -1, Unrecorded: unrecorded})
+		c := dial(t, s, "mode=audio")
+		c.handshake(Current, "audio")
+		for range 2 {
+			c.send(appendFor(Current, tone(1, 0.5), nil, nil))
+			c.stepMsgs(Current)
+		}
+		c.send(appendFor(Current, silence(1), nil, nil)) // the first of two seconds of reply
+		if got := c.stepMsgs(Current); len(got) == 0 || got[0].str("kind") == "" {
+			t.Fatalf("unrecorded %v: no reply to the tone: %v", unrecorded, got)
+		}
+		c.send(appendFor(Current, silence(1), nil, map[string]any{"force_listen": true})) // interrupts it
+		c.stepMsgs(Current)
+		c.ws.Close()
+		r := waitEnded(t, s, 0)
+		grown := len(r.Audio) + len(r.ReplyAudio) + len(r.Appends) + len(r.Interrupts) + len(r.Received) + len(r.Sent)
+		t.Logf("unrecorded %v: %d samples heard, %d played, %d appends, %d interrupts, %d and %d messages",
+			unrecorded, len(r.Audio), len(r.ReplyAudio), len(r.Appends), len(r.Interrupts), len(r.Received), len(r.Sent))
+		if r.ID == "" || r.Init.Type != "session.init" || r.EndReason == "" {
+			t.Errorf("unrecorded %v: the session itself is not in its record: %+v", unrecorded, r)
+		}
+		switch {
+		case unrecorded && grown != 0:
+			t.Errorf("an unrecorded server kept %d growing entries", grown)
+		case !unrecorded && (len(r.Audio) != 4*inputRate || len(r.ReplyAudio) == 0 || len(r.Appends) != 4 ||
+			len(r.Interrupts) != 1 || len(r.Received) == 0 || len(r.Sent) == 0):
+			t.Errorf("a recording server lost part of the exchange")
+		}
+	}
+}
+
 func TestForceListenInterrupts(t *testing.T) {
 	tests := []struct {
 		d     Dialect

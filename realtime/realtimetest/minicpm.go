@@ -162,7 +162,7 @@ func (s *session) step(a *appendMsg, at time.Time) {
 		last := a.Frames[len(a.Frames)-1]
 		s.lastFrame = &last
 	}
-	s.srv.update(func() {
+	s.srv.record(func() {
 		s.rec.Appends = append(s.rec.Appends, AppendRecord{At: at, Samples: len(a.Audio),
 			ForceListen: a.ForceListen, MaxSliceNums: a.MaxSliceNums, Frames: a.Frames})
 		s.rec.Audio = append(s.rec.Audio, a.Audio...)
@@ -173,7 +173,7 @@ func (s *session) step(a *appendMsg, at time.Time) {
 	forced := s.accepted <= s.forceListen || a.ForceListen
 	resp := ""
 	if len(s.reply) > 0 && a.ForceListen && s.lateSteps == 0 {
-		s.srv.update(func() { s.rec.Interrupts = append(s.rec.Interrupts, len(s.rec.ReplyAudio)) })
+		s.srv.record(func() { s.rec.Interrupts = append(s.rec.Interrupts, len(s.rec.ReplyAudio)) })
 		s.lateSteps = s.srv.opts.InterruptLag
 	}
 	switch {
@@ -280,7 +280,7 @@ func (s *session) emitReplyChunk(text string) string {
 	chunk := s.reply[0]
 	s.reply = s.reply[1:]
 	last := len(s.reply) == 0
-	s.srv.update(func() { s.rec.ReplyAudio = append(s.rec.ReplyAudio, chunk...) })
+	s.srv.record(func() { s.rec.ReplyAudio = append(s.rec.ReplyAudio, chunk...) })
 	if s.dialect == Legacy {
 		s.sendJSON(map[string]any{"type": "response.output_audio.delta", "text": text, "audio": encodeFloat32(chunk),
 			"end_of_turn": last, "kv_cache_length": s.kvLen()})

@@ -323,7 +323,7 @@ func (s *session) ovRecordAudio(f inFrame, samples []float32) {
 	}
 	s.accepted++
 	rec16 := resample(samples, s.ov.rate, inputRate)
-	s.srv.update(func() {
+	s.srv.record(func() {
 		s.rec.Appends = append(s.rec.Appends, AppendRecord{At: f.at, Samples: len(samples)})
 		s.rec.Audio = append(s.rec.Audio, rec16...)
 	})

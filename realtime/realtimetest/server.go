@@ -83,6 +83,13 @@ type Options struct {
 	VideoLimit          time.Duration // mode=video session limit from worker assignment; default 300s
 	AudioLimit          time.Duration // mode=audio session limit from worker assignment; default 600s
 
+	// Unrecorded keeps of each session's record only what does not grow with its length:
+	// no Audio, ReplyAudio, Appends, Interrupts, Received or Sent. For a simulator that serves
+	// for hours and whose records nobody reads (the omnisat-simulator program, `make demo`):
+	// with them its memory grows by all it hears and plays (418 MB after 37 minutes of one
+	// client streaming).
+	Unrecorded bool
+
 	ContextLimit         int // kv cache limit; default 8192
 	TokensPerAudioSecond int // kv growth per second of received audio; default 25
 	ForceListenCount     int // first N chunks of a session answer listen; default 3; -1 for none
@@ -414,6 +421,14 @@ func (s *Server) update(f func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f()
+}
+
+// record runs f, which appends to a record's lists that grow with a session's length, unless
+// the server keeps none (Options.Unrecorded).
+func (s *Server) record(f func()) {
+	if !s.opts.Unrecorded {
+		s.update(f)
+	}
 }
 
 // notifyLocked wakes WaitSessions / WaitEnded. s.mu must be held.
