@@ -309,7 +309,7 @@ func (s *session) endTurn(resp string) {
 func (s *session) chatTurn(c *chatMsg, at time.Time) {
 	s.accepted++
 	reply := chatReply(c.Messages)
-	s.srv.update(func() {
+	s.srv.record(func() {
 		s.rec.ChatRequests = append(s.rec.ChatRequests, ChatRecord{At: at, Messages: c.Messages, Streaming: c.Streaming,
 			TTS: c.TTS, TTSRefAudioSamples: c.TTSRefAudioSamples, Generation: c.Generation, EnableThinking: c.EnableThinking,
 			OmniMode: c.OmniMode, UseTTSTemplate: c.UseTTSTemplate, MaxSliceNums: c.MaxSliceNums, Reply: reply})

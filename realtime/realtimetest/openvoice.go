@@ -410,7 +410,7 @@ func (s *session) ovSpeak(sp *ovSpeak) {
 	if id == "" {
 		id = "tts_" + randomHex(8)
 	}
-	s.srv.update(func() {
+	s.srv.record(func() {
 		s.rec.TTSRequests = append(s.rec.TTSRequests, TTSRecord{At: time.Now(), RequestID: id, Text: sp.Text, Voice: sp.Voice, Model: o.modelTTS})
 		o.ttsIndex = len(s.rec.TTSRequests) - 1
 	})

@@ -467,3 +467,24 @@ func TestOpenVoiceCancelSession(t *testing.T) {
 		t.Errorf("EndReason %q Rejections %q", r.EndReason, r.Rejections)
 	}
 }
+
+// TestOpenVoiceUnrecorded: an OpenVoice session on a server that keeps no growing records
+// hears, speaks and ends a TTS request as always, and keeps neither its audio nor its requests.
+func TestOpenVoiceUnrecorded(t *testing.T) {
+	s, c := dialOV(t, Options{Unrecorded: true})
+	c.sendBinary(pcm16(make([]float32, 4800)))
+	c.send(map[string]any{"type": "tts.speak", "text": "one two"})
+	c.expect("tts.speaking_start")
+	for m := c.next(); m.typ() != "tts.speaking_end"; m = c.next() {
+	}
+	c.send(map[string]any{"type": "tts.speak", "text": "three"})
+	c.expect("tts.speaking_start")
+	c.send(map[string]any{"type": "tts.cancel"})
+	for m := c.next(); m.typ() != "tts.speaking_end"; m = c.next() {
+	}
+	r := s.Sessions()[0]
+	if len(r.Audio)+len(r.Appends)+len(r.TTSRequests)+len(r.Received)+len(r.Sent) != 0 || len(r.Rejections) != 0 {
+		t.Errorf("kept %d samples, %d appends, %d TTS requests, %d and %d messages; rejections %v",
+			len(r.Audio), len(r.Appends), len(r.TTSRequests), len(r.Received), len(r.Sent), r.Rejections)
+	}
+}

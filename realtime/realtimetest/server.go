@@ -84,7 +84,8 @@ type Options struct {
 	AudioLimit          time.Duration // mode=audio session limit from worker assignment; default 600s
 
 	// Unrecorded keeps of each session's record only what does not grow with its length:
-	// no Audio, ReplyAudio, Appends, Interrupts, Received or Sent. For a simulator that serves
+	// no Audio, ReplyAudio, Appends, Interrupts, ChatRequests, TTSRequests, Received or Sent
+	// (a TTS request's outcome then goes unrecorded too). For a simulator that serves
 	// for hours and whose records nobody reads (the omnisat-simulator program, `make demo`):
 	// with them its memory grows by all it hears and plays (418 MB after 37 minutes of one
 	// client streaming).
