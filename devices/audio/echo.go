@@ -119,8 +119,7 @@ func (r *EchoReference) playMore(played []float32) {
 // appendSilenceLocked appends n samples of silence: past the ring's length, all of it is.
 func (r *EchoReference) appendSilenceLocked(n int) {
 	if n > len(r.buf) {
-		clear(r.buf)
-		r.written += int64(n - len(r.buf))
+		r.written += int64(n - len(r.buf)) // the ring's length of it clears the whole ring
 		n = len(r.buf)
 	}
 	r.appendLocked(nil, n)
