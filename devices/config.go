@@ -45,9 +45,8 @@ type AudioConfig struct {
 	// open it again when a reply comes (0, the default: never). A stream playing silence wakes
 	// the sound thread at every device period all day: a battery-powered satellite on a plain
 	// ALSA card wants a few seconds here. Outputs that take long to wake (HDMI sinks) or click
-	// when a stream starts want 0, and so does a speaker behind PulseAudio (fewer wake-ups,
-	// more CPU); the echo canceller verifies itself, protected, at the start of the first
-	// reply after a rest (see the README).
+	// when a stream starts want 0. The echo canceller verifies itself, protected, at the start
+	// of the first reply after a rest (see the README).
 	OutputRest time.Duration `yaml:"output_rest"`
 	// JitterBuffer is how long reply audio waits before it starts playing, so that a server
 	// producing about a second of speech per second plays without gaps (0: play at once).
