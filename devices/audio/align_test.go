@@ -683,7 +683,7 @@ func TestMicrophoneWaitsForTheSpeaker(t *testing.T) {
 				done <- n
 			}()
 			if how != "never" {
-				waitFor(t, func() bool { ref.mu.Lock(); defer ref.mu.Unlock(); return ref.watched })
+				waitFor(t, "the reader waiting on the reference", func() bool { ref.mu.Lock(); defer ref.mu.Unlock(); return ref.watched })
 				if how == "records" {
 					ref.playMore(far[rate/2:])
 					ref.playMore(make([]float32, rate/10)) // and a little after, for the lead
@@ -715,12 +715,12 @@ func TestMicrophoneWaitsForTheSpeaker(t *testing.T) {
 	}
 }
 
-// waitFor waits until cond holds, or fails the test after a minute.
-func waitFor(t *testing.T, cond func() bool) {
+// waitFor waits until cond holds, or fails the test after a minute, saying what it waited for.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
+			t.Fatalf("%s: not within a minute", what)
 		}
 	}
 }

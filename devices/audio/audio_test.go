@@ -760,10 +760,7 @@ func TestSpeakerPlaysAndFlushes(t *testing.T) {
 	// A 3 s tone, cut after about 1 s.
 	recTone := filepath.Join(dir, "tone.wav")
 	stop = card.Record(t, recTone)
-	tone := make([]float32, 3*InputRate)
-	for i := range tone {
-		tone[i] = float32(0.5 * math.Sin(2*math.Pi*440*float64(i)/InputRate))
-	}
+	tone := tone440(3 * time.Second)
 	before := spk.Position()
 	spk.Play(tone)
 	for spk.Position()-before < time.Second {
@@ -1156,22 +1153,6 @@ func TestSpeakerRestsAndResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer spk.Close()
-	tone := func(d time.Duration) []float32 {
-		x := make([]float32, int(d.Seconds()*InputRate))
-		for i := range x {
-			x[i] = float32(0.5 * math.Sin(2*math.Pi*440*float64(i)/InputRate))
-		}
-		return x
-	}
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for !ok() {
-			if ctx.Err() != nil {
-				t.Fatalf("%s: not within the test's time", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 	timeline := func() (written int64, tm streamTiming, stopped bool) {
 		ref.mu.Lock()
 		defer ref.mu.Unlock()
@@ -1179,7 +1160,7 @@ func TestSpeakerRestsAndResumes(t *testing.T) {
 	}
 	// Opened with nothing to play, it rests; the first tone wakes it, and after it it rests
 	// again.
-	waitFor("the speaker at rest after opening", func() bool { return spk.Rests() == 1 })
+	waitFor(t, "the speaker at rest after opening", func() bool { return spk.Rests() == 1 })
 	// Where a tone starts in the reference's index: looked for once it has played.
 	toneAt := func() int64 {
 		t.Helper()
@@ -1190,10 +1171,10 @@ func TestSpeakerRestsAndResumes(t *testing.T) {
 		}
 		return at
 	}
-	spk.Play(tone(400 * time.Millisecond))
-	waitFor("the first tone played", func() bool { return spk.Pending() == 0 })
+	spk.Play(tone440(400 * time.Millisecond))
+	waitFor(t, "the first tone played", func() bool { return spk.Pending() == 0 })
 	tone1 := toneAt()
-	waitFor("the speaker at rest after the tone", func() bool { return spk.Rests() == 2 })
+	waitFor(t, "the speaker at rest after the tone", func() bool { return spk.Rests() == 2 })
 	w0, before, stopped := timeline()
 	if !stopped || !before.firm {
 		t.Fatalf("at rest: reference stopped %v, timing firm %v; want both", stopped, before.firm)
@@ -1203,10 +1184,10 @@ func TestSpeakerRestsAndResumes(t *testing.T) {
 		t.Fatalf("the reference grew by %d samples while the speaker rested", w-w0)
 	}
 
-	spk.Play(tone(600 * time.Millisecond))
-	waitFor("the second tone played", func() bool { return spk.Pending() == 0 })
+	spk.Play(tone440(600 * time.Millisecond))
+	waitFor(t, "the second tone played", func() bool { return spk.Pending() == 0 })
 	tone2 := toneAt()
-	waitFor("the timing measured again", func() bool { _, tm, _ := timeline(); return tm.firm })
+	waitFor(t, "the timing measured again", func() bool { _, tm, _ := timeline(); return tm.firm })
 	w1, after, _ := timeline()
 	time.Sleep(400 * time.Millisecond)
 	stop()
@@ -1253,4 +1234,13 @@ func TestSpeakerRestsAndResumes(t *testing.T) {
 	if math.Abs(atSink-inRef) > alignTolerance.Seconds() {
 		t.Errorf("the tones are %.1f ms further apart at the sink than in the echo reference, want within %v", (atSink-inRef)*1000, alignTolerance)
 	}
+}
+
+// tone440 is d of a 440 Hz tone at half scale, at the speaker's input rate.
+func tone440(d time.Duration) []float32 {
+	x := make([]float32, int(d.Seconds()*InputRate))
+	for i := range x {
+		x[i] = float32(0.5 * math.Sin(2*math.Pi*440*float64(i)/InputRate))
+	}
+	return x
 }
