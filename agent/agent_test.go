@@ -1371,17 +1371,19 @@ func TestBargeIn(t *testing.T) {
 }
 
 // patientRecorder is a PatientSource over the paced ramp that notes which kind of read the
-// agent made each time (true: patient), and when it asked.
+// agent made each time (true: patient), how much it asked for, and when.
 type patientRecorder struct {
 	agent.AudioSource
 	mu    sync.Mutex
 	calls []bool
+	asked []int
 	at    []time.Time
 }
 
-func (r *patientRecorder) note(patient bool) {
+func (r *patientRecorder) note(patient bool, asked int) {
 	r.mu.Lock()
 	r.calls = append(r.calls, patient)
+	r.asked = append(r.asked, asked)
 	r.at = append(r.at, time.Now())
 	r.mu.Unlock()
 }
@@ -1400,24 +1402,25 @@ func (r *patientRecorder) patientFrom(from int) []time.Time {
 }
 
 func (r *patientRecorder) Read(ctx context.Context, p []float32) (int, error) {
-	r.note(false)
+	r.note(false, len(p))
 	return r.AudioSource.Read(ctx, p)
 }
 
 func (r *patientRecorder) ReadPatiently(ctx context.Context, p []float32) (int, error) {
-	r.note(true)
+	r.note(true, len(p))
 	return r.AudioSource.Read(ctx, p)
 }
 
-// after waits until n reads have been made after the first `from`, and returns those.
-func (r *patientRecorder) after(t *testing.T, from, n int) []bool {
+// after waits until n reads have been made after the first `from`, and returns those (and how
+// much each asked for).
+func (r *patientRecorder) after(t *testing.T, from, n int) ([]bool, []int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		r.mu.Lock()
 		if len(r.calls) >= from+n {
-			got := slices.Clone(r.calls[from : from+n])
+			got, asked := slices.Clone(r.calls[from:from+n]), slices.Clone(r.asked[from:from+n])
 			r.mu.Unlock()
-			return got
+			return got, asked
 		}
 		r.mu.Unlock()
 		if time.Now().After(deadline) {
@@ -1435,25 +1438,30 @@ func (r *patientRecorder) count() int {
 // A source that can hold its capture back for a block (a PortAudio microphone) is read
 // patiently only while nothing needs the audio sooner: not before a session streams, not while
 // muted, not until a block can no longer reach back before the unmute (a block that may hold
-// audio from before it goes as silence whole), not while a reply plays (barge-in looks at every
-// buffer). The read in flight when a condition changes may be of either kind; the ones after it
-// must follow the condition.
+// audio from before it goes as silence whole). While a reply plays (barge-in looks at every
+// buffer) it may wait for a read block, two buffers of a 50 ms device, but no longer. The read in
+// flight when a condition changes may be of either kind; the ones after it must follow the
+// condition.
 func TestPatientReadsOnlyWhenNothingWaits(t *testing.T) {
 	src := &patientRecorder{AudioSource: devices.NewPacedSource(ramp(16000*60), 16000, false, 4)}
 	h := newHarness(t, setup{source: src})
 	h.waitFor("listening", 5*time.Second, isState(agent.StateListening))
-	if first := src.after(t, 0, 1); first[0] {
+	if first, _ := src.after(t, 0, 1); first[0] {
 		t.Error("the first read, before any session, was patient")
 	}
-	check := func(what string, want bool) {
+	const readBlock = 1600 // the agent's read block: 100 ms at 16 kHz
+	checkBlocks := func(what string, want bool, most int) {
 		t.Helper()
 		from := src.count() + 1 // the read in flight decided before the change
-		for i, patient := range src.after(t, from, 6) {
-			if patient != want {
-				t.Fatalf("%s: read %d after the change was patient=%v", what, i, patient)
+		calls, asked := src.after(t, from, 6)
+		for i, patient := range calls {
+			if patient != want || asked[i] > most {
+				t.Fatalf("%s: read %d after the change was patient=%v for %d samples, want patient=%v for at most %d",
+					what, i, patient, asked[i], want, most)
 			}
 		}
 	}
+	check := func(what string, want bool) { t.Helper(); checkBlocks(what, want, 16000) }
 	check("streaming, the speaker silent", true)
 	h.sup.Mute(true)
 	check("muted", false)
@@ -1471,13 +1479,14 @@ func TestPatientReadsOnlyWhenNothingWaits(t *testing.T) {
 		}
 	}
 	h.speaker.Play(make([]float32, 3*24000)) // three seconds to play, at the speaker's real time
-	check("a reply playing", false)
+	checkBlocks("a reply playing", true, readBlock)
 	h.stop()
 }
 
-// gatheringSource is a PatientSource whose patient reads, once limit samples have come, wait as
-// a microphone gathering a block does, and here for ever: only the agent can end such a read,
-// through its context. Plain reads go on as the paced source delivers.
+// gatheringSource is a PatientSource whose patient reads of more than a read block (100 ms),
+// once limit samples have come, wait as a microphone gathering a block does, and here for
+// ever: only the agent can end such a read, through its context. Other reads go on as the
+// paced source delivers (a microphone's patient read of a read block waits for no more).
 type gatheringSource struct {
 	agent.AudioSource
 	limit int
@@ -1486,7 +1495,7 @@ type gatheringSource struct {
 	given   int
 	cut     chan struct{} // closed when a waiting patient read was ended by its context
 	cutOnce sync.Once
-	after   int // plain reads since
+	after   int // reads since that went on
 }
 
 func (g *gatheringSource) Read(ctx context.Context, p []float32) (int, error) {
@@ -1504,7 +1513,7 @@ func (g *gatheringSource) Read(ctx context.Context, p []float32) (int, error) {
 
 func (g *gatheringSource) ReadPatiently(ctx context.Context, p []float32) (int, error) {
 	g.mu.Lock()
-	waits := g.given >= g.limit
+	waits := g.given >= g.limit && len(p) > 1600
 	g.mu.Unlock()
 	if !waits {
 		return g.Read(ctx, p)
@@ -1521,7 +1530,7 @@ func (g *gatheringSource) plainAfterCut() int {
 }
 
 // Reply audio ends a patient read in flight: from the reply's start, barge-in looks at every
-// device buffer. Here the read would otherwise wait for ever (a microphone's waits up to a
+// read block. Here the read would otherwise wait for ever (a microphone's waits up to a
 // block, half a second into the reply); the agent must end it, go on reading as the source
 // delivers, and play the reply.
 func TestReplyEndsPatientRead(t *testing.T) {

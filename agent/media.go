@@ -54,6 +54,7 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		// chunk over the moment its last sample is captured.
 		want := readBlock
 		patient := patientSrc != nil && s.canWait(framesEvery)
+		brief := !patient && patientSrc != nil && s.canReadBriefly()
 		if patient {
 			want = patientBlock
 		}
@@ -63,9 +64,12 @@ func (s *Supervisor) captureLoop(ctx context.Context) error {
 		var n int
 		var err error
 		hurried := false
-		if patient {
+		switch {
+		case patient:
 			n, hurried, err = s.readPatiently(ctx, patientSrc, buf[:want])
-		} else {
+		case brief:
+			n, err = patientSrc.ReadPatiently(ctx, buf[:want])
+		default:
 			n, err = s.audio.Read(ctx, buf[:want])
 		}
 		if err != nil {
@@ -208,6 +212,21 @@ func (s *Supervisor) canWait(framesEvery int) bool {
 	// A block returned at or after now of at most patientBlock samples counts as captured from
 	// this on (see captureLoop's capturedFrom).
 	reach := int64(time.Since(s.born) - s.audioHold - samplesToDuration(patientBlock))
+	return !since(s.unmutedAt.Load(), reach) && !since(s.epochAt.Load(), reach)
+}
+
+// canReadBriefly reports whether a read that canWait does not allow may still wait for a whole
+// read block (readBlock, 100 ms) rather than return each device buffer: while a reply plays,
+// barge-in looks at every buffer, and a device with 50 ms buffers then woke the process, the
+// echo canceller's thread and the process again for each, twenty times a second. Two buffers a
+// read halve that, and voice detection (barge-in's onset) hears the first of them up to one
+// buffer later. Not before a session (voice starts one), while muted, or within a read block's
+// reach of an unmute or a start, where reads stay as short as the device's buffers, as before.
+func (s *Supervisor) canReadBriefly() bool {
+	if s.active.Load() == nil || s.muted.Load() || s.speaker.Pending() == 0 {
+		return false
+	}
+	reach := int64(time.Since(s.born) - s.audioHold - samplesToDuration(readBlock))
 	return !since(s.unmutedAt.Load(), reach) && !since(s.epochAt.Load(), reach)
 }
 
