@@ -1,6 +1,9 @@
 package audio
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // ramp is n interleaved frames of ch channels whose frame i holds start+i on every channel.
 func ramp(n, ch int, start float32) []float32 {
@@ -197,5 +200,48 @@ func TestInputRecordsCarryTheXrun(t *testing.T) {
 	}
 	if w := o.Wakes(); w != 2 {
 		t.Errorf("two buffers woke Go %d times", w)
+	}
+}
+
+// TestMicrophoneReadsKeepThePumpAsleep: while a reply plays, a microphone that shares the echo
+// reference services the speaker at each of its reads, every 100 ms (two buffers of a Pi-like
+// card's 50 ms; the agent's reads while a reply plays), and the output pump keeps outputAhead
+// queued: enough that the device's 25 ms buffers (a 50 ms speaker latency) never find less
+// than one queued between two reads, so the callback never wakes Go for a refill. At 80 ms the
+// ring ran low before every read (here, where nothing answers those wakes, the device then
+// played silence).
+func TestMicrophoneReadsKeepThePumpAsleep(t *testing.T) {
+	const rate, ch, buf = 48000, 2, 1200 // 25 ms device buffers
+	o := newBridgeProbe(ch, outputRingFrames(50*time.Millisecond, rate, buf), 64)
+	defer o.Free()
+	reply := func(_, out []float32, _ bufferInfo) int {
+		for i := range out {
+			out[i] = 0.25
+		}
+		return len(out) / ch
+	}
+	pump := newOutputPump(o.b, ch, rate, reply, outputHooks{sound: func() bool { return true }})
+	at := 0.0
+	take := func() {
+		if played := o.Take(buf, at); played[0] == 0 && at > 0.1 {
+			t.Fatalf("the device played silence at %.3f s: the pump kept too little queued", at)
+		}
+		at += float64(buf) / rate
+	}
+	take() // the device's first buffer tells the pump its size
+	pump.service()
+	o.Wakes()
+	const reads = 50
+	for range reads {
+		for range 4 { // 100 ms of the device's buffers between two reads
+			take()
+		}
+		pump.service() // the microphone's read
+	}
+	if w := o.Wakes(); w != 0 {
+		t.Errorf("the callback woke the pump %d times in %d reads of 100 ms, want none: the ring ran low between reads", w, reads)
+	}
+	if d := o.Dropped(); d != 0 {
+		t.Errorf("%d frames played as silence: the pump was late", d)
 	}
 }

@@ -351,14 +351,17 @@ type outputHooks struct {
 
 // outputAhead is how much an output stream keeps queued in its ring (at least two device
 // buffers): the device's callback wakes the pump only when less than a buffer is left, so with
-// 12.5 ms buffers the pump wakes every 5–6 buffers instead of every other one, and a microphone
-// that services the speaker at its own buffers (every 50 ms on a Pi-like card, see
-// Speaker.service) keeps it from waking at all. A flush drops what the ring holds within the
-// next device buffer (bridge.c), and a reply starting while it holds silence drops that silence
-// first, so neither an interrupt nor the start of a reply waits behind it. With nothing to
-// play, nothing is queued: the callback plays silence itself and wakes nobody for it (the
-// bridge's idle flag), so the pump sleeps however long a patient microphone's block is.
-const outputAhead = 80 * time.Millisecond
+// 25 ms buffers the pump wakes every fifth buffer instead of every other one, and a microphone
+// that services the speaker at its reads (every 100 ms while a reply plays, two buffers of a
+// Pi-like card: see Speaker.service and the agent's brief reads) keeps it from waking at all:
+// a read's 100 ms leaves two such buffers queued (at 80 ms the ring ran low before each read
+// and woke the pump about ten times a second of reply). A flush drops what the ring holds
+// within the next device buffer (bridge.c), and a reply starting while it holds silence drops
+// that silence first, so neither an interrupt nor the start of a reply waits behind it; a
+// volume change is heard after it, up to this much later. With nothing to play, nothing is
+// queued: the callback plays silence itself and wakes nobody for it (the bridge's idle flag),
+// so the pump sleeps however long a patient microphone's block is.
+const outputAhead = 150 * time.Millisecond
 
 // bufferInfo is what the bridge noted about one device buffer.
 type bufferInfo struct {
