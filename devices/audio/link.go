@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/omnisat/omnisat/devices"
+	"github.com/omnisat/omnisat/internal/quiettimer"
 )
 
 // Supervision timings (fields of link, so tests can shorten them).
@@ -68,6 +69,9 @@ type link struct {
 	resumeReq chan struct{} // a token: open the resting stream again
 	rests     atomic.Int64  // rests taken
 	looks     atomic.Int64  // stall checks made: each is a wake-up of the process
+	// check is the running watch's stall-check timer (nil between watches): moved puts it off
+	// while the stream delivers.
+	check atomic.Pointer[quiettimer.Timer]
 
 	// The supervising goroutine's own state.
 	stream  *paStream
@@ -107,12 +111,17 @@ func token(ch chan struct{}) {
 func (l *link) current(g int64) bool { return l.gen.Load() == g }
 
 // moved notes that a callback of generation g (the current one) moved frames; the first
-// buffer of a stream wakes the supervisor. It does not block or allocate.
+// buffer of a stream wakes the supervisor. It runs on Go's side of the stream, as the pump
+// reads the callbacks' records, and puts the stall check off to stallTimeout from now (see
+// watch). It does not block or allocate.
 func (l *link) moved(g int64) {
 	l.movedAt.Store(time.Now().UnixNano())
 	if l.delivered.Load() != g {
 		l.delivered.Store(g)
 		l.wake()
+	}
+	if check := l.check.Load(); check != nil {
+		check.Reset(l.stallTimeout)
 	}
 }
 
@@ -258,15 +267,22 @@ var errResumed = errors.New("resumed")
 // watch waits until the stream stops delivering (returning when it last did, and why) or ctx
 // ends (nil error). It wakes when PortAudio reports the stream stopped, and for a stall check:
 // has the frame count moved (and, when it has not for half of stallTimeout, does PortAudio
-// still run the stream)? Each check sets the next for stallTimeout after the stream's last
-// delivery, so a stream that delivers is checked once per stallTimeout (not twice, as with a
-// ticker: half the wake-ups) and a device that hangs without PortAudio noticing is found
-// stallTimeout after its last buffer (not up to 1.5 stallTimeouts). Until its first buffer the
-// stream is checked every half stallTimeout.
+// still run the stream)? A stream that delivers is not checked: every delivery Go reads puts
+// the check off to stallTimeout from then (moved), so it comes only once Go has seen nothing
+// for that long, and a device that hangs without PortAudio noticing is found stallTimeout
+// after its last buffer. Until its first buffer the stream is checked every half
+// stallTimeout. The timer is a quiettimer: a runtime timer put off this way still woke the
+// process, and the runtime's monitor thread with its naps, when it was first due (every
+// stallTimeout, for nothing).
 func (l *link) watch(ctx context.Context) (time.Time, error) {
 	g := l.gen.Load()
-	check := time.NewTimer(l.stallTimeout / 2)
-	defer check.Stop()
+	check := quiettimer.New()
+	check.Reset(l.stallTimeout / 2)
+	l.check.Store(check)
+	defer func() {
+		l.check.CompareAndSwap(check, nil)
+		check.Close()
+	}()
 	opened := time.Now()
 	// last is when the stream last delivered (its opening until it has).
 	last := func() time.Time {
@@ -291,7 +307,10 @@ func (l *link) watch(ctx context.Context) (time.Time, error) {
 			if l.stopped.Load() == g {
 				return last(), fmt.Errorf("%s %s %q: the stream stopped: device unplugged or its sound server gone", l.verb, l.kind, l.name)
 			}
-		case now := <-check.C:
+		case <-check.C:
+			// A tick may come early (moved put the check off meanwhile): what follows judges
+			// by when the stream last delivered, and sets the next check from it.
+			now := time.Now()
 			l.looks.Add(1)
 			if l.poll != nil && !l.deliveredWithin(now, l.stallTimeout/2) {
 				l.poll()
