@@ -1370,6 +1370,9 @@ func TestBargeIn(t *testing.T) {
 	}
 }
 
+// agentReadBlock is the agent's read block (readBlock): 100 ms at 16 kHz.
+const agentReadBlock = 1600
+
 // patientRecorder is a PatientSource over the paced ramp that notes which kind of read the
 // agent made each time (true: patient), how much it asked for, and when.
 type patientRecorder struct {
@@ -1449,7 +1452,6 @@ func TestPatientReadsOnlyWhenNothingWaits(t *testing.T) {
 	if first, _ := src.after(t, 0, 1); first[0] {
 		t.Error("the first read, before any session, was patient")
 	}
-	const readBlock = 1600 // the agent's read block: 100 ms at 16 kHz
 	checkBlocks := func(what string, want bool, most int) {
 		t.Helper()
 		from := src.count() + 1 // the read in flight decided before the change
@@ -1479,7 +1481,7 @@ func TestPatientReadsOnlyWhenNothingWaits(t *testing.T) {
 		}
 	}
 	h.speaker.Play(make([]float32, 3*24000)) // three seconds to play, at the speaker's real time
-	checkBlocks("a reply playing", true, readBlock)
+	checkBlocks("a reply playing", true, agentReadBlock)
 	h.stop()
 }
 
@@ -1513,7 +1515,7 @@ func (g *gatheringSource) Read(ctx context.Context, p []float32) (int, error) {
 
 func (g *gatheringSource) ReadPatiently(ctx context.Context, p []float32) (int, error) {
 	g.mu.Lock()
-	waits := g.given >= g.limit && len(p) > 1600
+	waits := g.given >= g.limit && len(p) > agentReadBlock
 	g.mu.Unlock()
 	if !waits {
 		return g.Read(ctx, p)

@@ -209,10 +209,7 @@ func (s *Supervisor) canWait(framesEvery int) bool {
 		s.speaker.Pending() != 0 {
 		return false
 	}
-	// A block returned at or after now of at most patientBlock samples counts as captured from
-	// this on (see captureLoop's capturedFrom).
-	reach := int64(time.Since(s.born) - s.audioHold - samplesToDuration(patientBlock))
-	return !since(s.unmutedAt.Load(), reach) && !since(s.epochAt.Load(), reach)
+	return s.settledFor(patientBlock)
 }
 
 // canReadBriefly reports whether a read that canWait does not allow may still wait for a whole
@@ -226,7 +223,14 @@ func (s *Supervisor) canReadBriefly() bool {
 	if s.active.Load() == nil || s.muted.Load() || s.speaker.Pending() == 0 {
 		return false
 	}
-	reach := int64(time.Since(s.born) - s.audioHold - samplesToDuration(readBlock))
+	return s.settledFor(readBlock)
+}
+
+// settledFor reports whether a read of up to samples returned from now on could hold no audio
+// from before the last unmute or start: such a read counts as captured from this far back (see
+// captureLoop's capturedFrom).
+func (s *Supervisor) settledFor(samples int) bool {
+	reach := int64(time.Since(s.born) - s.audioHold - samplesToDuration(samples))
 	return !since(s.unmutedAt.Load(), reach) && !since(s.epochAt.Load(), reach)
 }
 
