@@ -12,11 +12,14 @@
 #include <sys/eventfd.h>
 #include "bridge.h"
 
-omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int graceMs, int fadeFrames) {
+// omnisatBridgeNew makes a bridge for a stream of channels channels. An input bridge's ring
+// keeps one channel: their sum (pick < 0) or channel pick of each frame.
+omnisatBridge *omnisatBridgeNew(int input, int channels, int pick, uint64_t frames, int graceMs, int fadeFrames) {
 	omnisatBridge *b = calloc(1, sizeof(*b));
 	if (!b)
 		return NULL;
-	b->data = calloc(frames * (uint64_t)channels, sizeof(float));
+	int ringChannels = input ? 1 : channels;
+	b->data = calloc(frames * (uint64_t)ringChannels, sizeof(float));
 	b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (!b->data || b->efd < 0) {
 		if (b->efd >= 0)
@@ -26,7 +29,9 @@ omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int gr
 		return NULL;
 	}
 	b->cap = frames;
-	b->channels = channels;
+	b->channels = ringChannels;
+	b->inChannels = channels;
+	b->pick = pick < channels ? pick : channels - 1;
 	b->input = input;
 	b->graceMs = graceMs;
 	b->fadeFrames = fadeFrames;
@@ -55,6 +60,30 @@ static void ringCopy(omnisatBridge *b, uint64_t pos, float *flat, uint64_t n, in
 	} else {
 		memcpy(flat, ring, first * ch * sizeof(float));
 		memcpy(flat + first * ch, b->data, (n - first) * ch * sizeof(float));
+	}
+}
+
+// ringPutInput writes n frames of the device's interleaved input into the ring at pos, one
+// sample a frame: the frame's sum over its channels (added in channel order from zero, as
+// pipeline.Float32ToMono adds them) or its channel pick.
+static void ringPutInput(omnisatBridge *b, uint64_t pos, const float *in, uint64_t n) {
+	int ch = b->inChannels;
+	if (ch == 1) {
+		ringCopy(b, pos, (float *)in, n, 1);
+		return;
+	}
+	uint64_t at = pos % b->cap;
+	for (uint64_t i = 0; i < n; i++, at = at + 1 == b->cap ? 0 : at + 1) {
+		const float *f = in + i * (uint64_t)ch;
+		float v;
+		if (b->pick >= 0) {
+			v = f[b->pick];
+		} else {
+			v = 0;
+			for (int c = 0; c < ch; c++)
+				v += f[c];
+		}
+		b->data[at] = v;
 	}
 }
 
@@ -92,7 +121,7 @@ int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 			__atomic_fetch_add(&b->dropped, frames, __ATOMIC_RELAXED);
 			return paContinue;
 		}
-		ringCopy(b, w, (float *)in, frames, 1);
+		ringPutInput(b, w, in, frames);
 		b->rec[rw % OMNISAT_RECORDS] = (omnisatRecord){
 			.at = at, .pos = w, .frames = frames, .filled = frames, .lost = b->lost, .flags = flags};
 		b->lost = 0;

@@ -25,8 +25,9 @@ typedef struct {
 	uint64_t flags;
 } omnisatRecord;
 
-// A single-producer, single-consumer ring of interleaved float32 frames between the stream
-// callback and Go, with a record per callback and an eventfd that wakes Go once per buffer.
+// A single-producer, single-consumer ring of float32 frames (interleaved for output, one
+// channel for input) between the stream callback and Go, with a record per callback and an
+// eventfd that wakes Go once per buffer.
 // Counters only grow; each side stores its own with release and loads the other's with acquire.
 typedef struct {
 	float *data;
@@ -45,7 +46,12 @@ typedef struct {
 	int32_t idle;
 	int32_t fadeFrames; // output: the length of that fade
 	int32_t graceMs;  // output: how long a callback waits for Go when the ring runs short
-	int32_t channels;
+	int32_t channels; // per frame of the ring: the device's for output, one for input
+	// input: the device's channels, and what of each frame the ring keeps: their sum (pick < 0;
+	// the pump divides it by inChannels with the gain) or channel pick. A mono ring holds a
+	// second of a stereo capture in half the memory, and Go copies half as much.
+	int32_t inChannels;
+	int32_t pick;
 	int32_t input;
 	int32_t efd;
 	// input: when set, the callback wakes Go only once the frames Go has not taken reach this
@@ -55,7 +61,7 @@ typedef struct {
 	const int64_t *wakeAfter;
 } omnisatBridge;
 
-omnisatBridge *omnisatBridgeNew(int input, int channels, uint64_t frames, int graceMs, int fadeFrames);
+omnisatBridge *omnisatBridgeNew(int input, int channels, int pick, uint64_t frames, int graceMs, int fadeFrames);
 void omnisatBridgeFree(omnisatBridge *b);
 int omnisatBridgeCallback(const void *in, void *out, unsigned long frames,
 	const PaStreamCallbackTimeInfo *timeInfo, PaStreamCallbackFlags flags, void *user);

@@ -41,10 +41,11 @@ import (
 // A bridge with the test standing in for both sides: for output the pump (Write, Cut, Records)
 // and the device (Take); for input the device (Give) and the pump (Records).
 type bridgeProbe struct {
-	b        *C.omnisatBridge
-	channels int
-	ring     []float32
-	w, rr    uint64
+	b            *C.omnisatBridge
+	channels     int // the device's
+	ringChannels int // per frame of the ring: one for input
+	ring         []float32
+	w, rr        uint64
 }
 
 // probeRecord is what the callback noted about one buffer (see omnisatRecord).
@@ -57,20 +58,21 @@ type probeRecord struct {
 // newBridgeProbe makes an output bridge with a ring of ringFrames frames and a flush fade of
 // fadeFrames; the callback never waits for Go (grace 0).
 func newBridgeProbe(channels, ringFrames, fadeFrames int) *bridgeProbe {
-	return newProbe(false, channels, ringFrames, fadeFrames)
+	return newProbe(false, channels, 0, ringFrames, fadeFrames)
 }
 
-// newInputBridgeProbe makes an input bridge with a ring of ringFrames frames.
-func newInputBridgeProbe(channels, ringFrames int) *bridgeProbe {
-	return newProbe(true, channels, ringFrames, 1)
+// newInputBridgeProbe makes an input bridge for channels channels with a ring of ringFrames
+// frames, keeping their sum (pick < 0) or channel pick.
+func newInputBridgeProbe(channels, pick, ringFrames int) *bridgeProbe {
+	return newProbe(true, channels, pick, ringFrames, 1)
 }
 
-func newProbe(input bool, channels, ringFrames, fadeFrames int) *bridgeProbe {
-	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.uint64_t(ringFrames), 0, C.int(fadeFrames))
+func newProbe(input bool, channels, pick, ringFrames, fadeFrames int) *bridgeProbe {
+	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.int(pick), C.uint64_t(ringFrames), 0, C.int(fadeFrames))
 	if b == nil {
 		panic("bridge probe: no memory")
 	}
-	return &bridgeProbe{b: b, channels: channels, ring: bridgeRing(b, channels)}
+	return &bridgeProbe{b: b, channels: channels, ringChannels: int(b.channels), ring: bridgeRing(b, int(b.channels))}
 }
 
 // inputOverflow is PortAudio's flag for input the host lost before a buffer.
@@ -130,10 +132,10 @@ func (o *bridgeProbe) Records() []probeRecord {
 // Queued is how many frames are queued ahead of the device.
 func (o *bridgeProbe) Queued() uint64 { return o.w - atomic.LoadUint64(counter(&o.b.r)) }
 
-// Ring is the ring's frames from position pos on (n frames), as the pump reads what was played.
+// Ring is the ring's frames from position pos on (n frames), as the pump reads them.
 func (o *bridgeProbe) Ring(pos uint64, n int) []float32 {
-	out := make([]float32, n*o.channels)
-	ringRead(o.ring, int(pos)*o.channels, out)
+	out := make([]float32, n*o.ringChannels)
+	ringRead(o.ring, int(pos)*o.ringChannels, out)
 	return out
 }
 

@@ -1,6 +1,8 @@
 package audio
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -179,7 +181,7 @@ func TestIdleOutputPlaysSilenceUnwoken(t *testing.T) {
 // capture time and PortAudio's flags, so that an overflow the host reports reaches the echo
 // canceller as a jump in the capture's timeline.
 func TestInputRecordsCarryTheXrun(t *testing.T) {
-	o := newInputBridgeProbe(2, 4096)
+	o := newInputBridgeProbe(2, Mixdown, 4096)
 	defer o.Free()
 	o.Give(ramp(64, 2, 1), 1.5, 0)
 	o.Give(ramp(64, 2, 65), 2.5, inputOverflow)
@@ -195,11 +197,45 @@ func TestInputRecordsCarryTheXrun(t *testing.T) {
 			t.Errorf("record %d: %+v, want %+v", i, recs[i], want)
 		}
 	}
-	if got := o.Ring(64, 1); got[0] != 65 || got[1] != 65 {
-		t.Errorf("the second buffer's first frame in the ring: %v, want [65 65]", got)
+	if got := o.Ring(64, 1); len(got) != 1 || got[0] != 130 {
+		t.Errorf("the second buffer's first frame in the ring: %v, want its channels' sum [130]", got)
 	}
 	if w := o.Wakes(); w != 2 {
 		t.Errorf("two buffers woke Go %d times", w)
+	}
+}
+
+// TestInputBridgeMixesAsTheReader: an input bridge keeps one sample a frame (the sum of the
+// device's channels, or the one the microphone takes), and the microphone's ring makes of it,
+// with the gain, exactly what it makes of the interleaved frames themselves (ring.write, which
+// mixes in Go): to the bit, for a mixdown and for each channel, at unity gain and with a gain
+// that clips.
+func TestInputBridgeMixesAsTheReader(t *testing.T) {
+	const ch, frames = 2, 480
+	rnd := rand.New(rand.NewPCG(3, 39))
+	in := make([]float32, ch*frames)
+	for i := range in {
+		in[i] = float32(rnd.NormFloat64() / 3)
+	}
+	in[0], in[1] = 0.7, 0.9 // a sum over 1: clipped only after the gain
+	for _, pick := range []int{Mixdown, 0, 1} {
+		for _, gain := range []float32{1, 3.1623} {
+			o := newInputBridgeProbe(ch, pick, 4096)
+			o.Give(in, 1, 0)
+			mixed := o.Ring(0, frames)
+			o.Free()
+			viaBridge, inGo := newRing(4096, ch, pick, gain), newRing(4096, ch, pick, gain)
+			viaBridge.writeMixed(mixed)
+			inGo.write(in)
+			a, b := make([]float32, frames), make([]float32, frames)
+			viaBridge.readFrom(a)
+			inGo.readFrom(b)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) && !(a[i] == 0 && b[i] == 0) {
+					t.Fatalf("pick %d, gain %v: frame %d is %v through the bridge, %v mixed in Go", pick, gain, i, a[i], b[i])
+				}
+			}
+		}
 	}
 }
 

@@ -220,12 +220,12 @@ func (m *Microphone) openStream(gen int64) (*paStream, string, error) {
 			if info.woke {
 				m.wakes.Add(1)
 			}
-			r.write(in)
+			r.writeMixed(in)
 			link.moved(gen)
 		}
 		return 0
 	}
-	s, err := paOpen(dev, true, m.channels, lat, m.rate, halfLatencyFrames(m.cfg.FramesPerBuffer, lat, m.rate), cb, nil, m.wake, func() { link.finished(gen) })
+	s, err := paOpen(dev, true, m.channels, m.cfg.Channel, lat, m.rate, halfLatencyFrames(m.cfg.FramesPerBuffer, lat, m.rate), cb, nil, m.wake, func() { link.finished(gen) })
 	if err != nil {
 		return nil, dev.name, err
 	}
@@ -611,6 +611,22 @@ func (r *ring) write(in []float32) {
 	in = in[:len(in)-len(in)%r.channels]
 	mono, err := pipeline.Float32ToMono(r.mixed, in, r.channels, r.channel, r.gain)
 	if err != nil { // cannot happen: the settings were checked against the device
+		return
+	}
+	r.mixed = mono
+	r.append(mono)
+}
+
+// writeMixed appends what the stream's bridge made of the device's frames, one sample each
+// (their sum, or the channel kept: bridge.c): with the gain, and the sum divided by the
+// channels, they are the samples write makes of the same frames, to the bit.
+func (r *ring) writeMixed(in []float32) {
+	g := r.gain
+	if r.channel == Mixdown && r.channels > 1 {
+		g = r.gain / float32(r.channels) // as pipeline.Float32ToMono scales a mixdown
+	}
+	mono, err := pipeline.Float32ToMono(r.mixed, in, 1, 0, g)
+	if err != nil { // cannot happen: one channel
 		return
 	}
 	r.mixed = mono

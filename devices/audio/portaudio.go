@@ -414,8 +414,8 @@ func halfLatencyFrames(configured int, latency time.Duration, rate int) int {
 // device. The pump takes every buffer as it comes (a loaded board can hold a goroutine back for
 // a while; the microphone's own ring behind it holds a second more): three quarters of a
 // second, a patient microphone's block and two 100 ms buffers (the callback lets a block gather
-// only while two more buffers fit), or four device buffers if longer, where a second of stereo
-// at 48 kHz kept 384 KB.
+// only while two more buffers fit), or four device buffers if longer: 144 KB at 48 kHz,
+// whatever the device's channels (the callback keeps one sample a frame).
 func inputRingFrames(rate, framesPerBuffer int) int {
 	return max(rate*3/4, 4*framesPerBuffer)
 }
@@ -431,9 +431,10 @@ func outputRingFrames(latency time.Duration, rate, framesPerBuffer int) int {
 
 // paOpen opens and starts a stream on a device; out (output streams only) is what its Go side
 // asks of the speaker, finished (may be nil) runs when the stream stops. They and fn run on the
-// stream's pump goroutine (an output stream's also where Speaker.service runs it). Called
-// under paDo.
-func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate, framesPerBuffer int,
+// stream's pump goroutine (an output stream's also where Speaker.service runs it). An input
+// stream hands fn one sample a frame: the sum of its channels (pick < 0) or channel pick
+// (bridge.c). Called under paDo.
+func paOpen(dev paDevice, input bool, channels, pick int, latency time.Duration, rate, framesPerBuffer int,
 	fn streamCallback, out *outputHooks, wake wakeCell, finished func()) (*paStream, error) {
 	// An output callback may wait for Go up to half its buffer's latency (at most 25 ms).
 	grace := min(25, max(2, int(latency.Milliseconds()/2)))
@@ -442,7 +443,7 @@ func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate,
 	if !input {
 		frames = outputRingFrames(latency, rate, framesPerBuffer)
 	}
-	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.uint64_t(max(4096, frames)), C.int(grace), C.int(fade))
+	b := C.omnisatBridgeNew(boolInt(input), C.int(channels), C.int(pick), C.uint64_t(max(4096, frames)), C.int(grace), C.int(fade))
 	if b == nil {
 		return nil, fmt.Errorf("open stream on %q: no memory for its buffers", dev.name)
 	}
@@ -464,7 +465,7 @@ func paOpen(dev paDevice, input bool, channels int, latency time.Duration, rate,
 		}
 		st.out = newOutputPump(b, channels, rate, fn, *out)
 	}
-	go st.pump(fn, finished, channels, input)
+	go st.pump(fn, finished, int(b.channels), input)
 	if err := paError(C.Pa_StartStream(s)); err != nil {
 		st.close()
 		return nil, fmt.Errorf("start stream on %q: %w", dev.name, err)

@@ -229,7 +229,7 @@ func (s *Speaker) openStream(gen int64) (*paStream, string, error) {
 			first = false
 		}
 		hooks := &outputHooks{played: played, flushes: &s.flushes, sound: func() bool { return pb.Pending() > 0 }, idle: s.idleChanged}
-		st, err := paOpen(dev, false, ch, lat, s.rate, halfLatencyFrames(s.cfg.FramesPerBuffer, lat, s.rate), cb, hooks, wakeCell{}, func() { link.finished(gen) })
+		st, err := paOpen(dev, false, ch, 0, lat, s.rate, halfLatencyFrames(s.cfg.FramesPerBuffer, lat, s.rate), cb, hooks, wakeCell{}, func() { link.finished(gen) })
 		if err != nil {
 			errs = append(errs, err)
 			continue
