@@ -1370,8 +1370,12 @@ func TestBargeIn(t *testing.T) {
 	}
 }
 
-// agentReadBlock is the agent's read block (readBlock): 100 ms at 16 kHz.
-const agentReadBlock = 1600
+// agentReadBlock is the agent's read block (readBlock): 100 ms at 16 kHz; agentPatientBlock
+// its patient block (patientBlock): a second.
+const (
+	agentReadBlock    = 1600
+	agentPatientBlock = 16000
+)
 
 // patientRecorder is a PatientSource over the paced ramp that notes which kind of read the
 // agent made each time (true: patient), how much it asked for, and when.
@@ -1463,16 +1467,16 @@ func TestPatientReadsOnlyWhenNothingWaits(t *testing.T) {
 			}
 		}
 	}
-	check := func(what string, want bool) { t.Helper(); checkBlocks(what, want, 16000) }
+	check := func(what string, want bool) { t.Helper(); checkBlocks(what, want, agentPatientBlock) }
 	check("streaming, the speaker silent", true)
 	h.sup.Mute(true)
 	check("muted", false)
 	from := src.count()
 	unmuted := time.Now()
 	h.sup.Mute(false)
-	// The harness's audio hold (100 ms: one read block) and a patient block (500 ms): a block
+	// The harness's audio hold (100 ms: one read block) and a patient block (a second): a block
 	// asked for before then could hold audio captured before the unmute.
-	settled := unmuted.Add(600 * time.Millisecond)
+	settled := unmuted.Add(100*time.Millisecond + agentPatientBlock*time.Second/16000)
 	time.Sleep(time.Until(settled))
 	check("unmuted, a block later", true)
 	for _, at := range src.patientFrom(from) {

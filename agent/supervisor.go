@@ -24,9 +24,9 @@ const (
 	// than this (interrupts and barge-in are cut at step grain either way).
 	readBlock = inputRate / 10 // 100 ms
 	// patientBlock is the most a patient read asks for (PatientSource): what a microphone
-	// gathers at once (500 ms at 48 kHz: two blocks to a 1 s chunk), and a chunk's end cuts it
-	// shorter.
-	patientBlock = inputRate / 2
+	// gathers at once (a second: one block to a 1 s chunk, one wake-up of the process and one
+	// of the echo canceller for each), and a chunk's end cuts it shorter.
+	patientBlock = inputRate
 	// sendTimeout bounds one Send while the sender holds sendMu.
 	sendTimeout = time.Second
 )
@@ -531,7 +531,7 @@ func (s *Supervisor) queueReply(samples []float32) {
 
 // hurryCapture ends a patient read in flight (see captureLoop): reply audio was queued, and from
 // now on barge-in looks at every device buffer. Without it the read would still wait for the
-// rest of its block, up to half a second into the reply before the user could talk over it.
+// rest of its block, up to a second into the reply before the user could talk over it.
 func (s *Supervisor) hurryCapture() {
 	if h := s.hurryRead.Load(); h != nil {
 		(*h)()

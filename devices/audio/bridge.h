@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <portaudio.h>
 
-// Records of device buffers not yet read by Go: more than a patient microphone's block (500 ms)
+// Records of device buffers not yet read by Go: more than a patient microphone's block (a second)
 // of 5 ms buffers, the shortest ALSA commonly gives, so that Go may sleep through a block.
-#define OMNISAT_RECORDS 128
+#define OMNISAT_RECORDS 256
 
 // One device buffer: when its first frame met the converter (PortAudio's stream clock), where
 // it starts in the ring's frame count, how many frames it held and (output) how many of them

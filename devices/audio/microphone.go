@@ -141,10 +141,15 @@ type Microphone struct {
 	silence      int64 // all silence delivered for losses
 }
 
-// readChunk is the most frames Read converts at a time: half a second at 48 kHz (five device
-// buffers of 100 ms), so that one buffer, or a block ReadPatiently waits for, is one pass (and
-// one call into the echo canceller).
-const readChunk = 24000
+// readPass is the most audio Read converts and cleans at a time: a block ReadPatiently waits
+// for, or what came while nothing read, is one pass and one call into the echo canceller.
+const readPass = time.Second
+
+// readPiece is how much of a pass is taken from the ring at a time where the resampler runs
+// before the canceller: the pass is resampled piece by piece into one buffer at OutputRate and
+// cleaned at once, so no buffer holds a whole pass at the capture rate (at 48 kHz a second is
+// 192 KB; a piece is 19 KB).
+const readPiece = 100 * time.Millisecond
 
 // MicStats are the microphone's counters.
 type MicStats struct {
@@ -250,7 +255,8 @@ func (m *Microphone) setup(dev paDevice) error {
 
 // defaultCaptureRing is how far the reader may fall behind the device before audio is dropped:
 // the agent reads as audio comes and never waits on the network, so a second is a stall far
-// beyond any it has; the bridge's ring in front holds half a second more (inputRingFrames).
+// beyond any it has. The bridge's ring in front holds a patient block and two buffers
+// (inputRingFrames), and the ring is never smaller: the pump moves all of it at once.
 const defaultCaptureRing = time.Second
 
 // initReader allocates the ring and the reader's buffers for rate and channels.
@@ -264,9 +270,12 @@ func (m *Microphone) initReader() error {
 		buf = max(defaultCaptureRing, 2*m.cfg.Latency)
 	}
 	m.rs = rs
-	m.ring = newRing(max(int(buf.Seconds()*float64(m.rate)), readChunk), m.channels, m.cfg.Channel, m.gain)
-	m.mono = make([]float32, readChunk)
-	m.out = make([]float32, 0, rs.OutputLen(readChunk))
+	pass := m.passFrames()
+	// The stream's pump moves what the bridge gathered into the ring at once: a patient block
+	// and a few buffers (inputRingFrames), which the ring must hold beside nothing else.
+	m.ring = newRing(max(int(buf.Seconds()*float64(m.rate)), inputRingFrames(m.rate, 0)), m.channels, m.cfg.Channel, m.gain)
+	m.out = make([]float32, 0, rs.OutputLen(pass))
+	m.mono = make([]float32, max(1, int(readPiece.Seconds()*float64(m.rate))))
 	if m.cfg.Clean.active() {
 		m.cleanAfter = m.rate > OutputRate
 		c, err := newCleaner(m.cfg.Clean, min(m.rate, OutputRate), m.link.log)
@@ -274,7 +283,12 @@ func (m *Microphone) initReader() error {
 			return err
 		}
 		m.clean = c
-		m.cleaned = make([]float32, 0, max(readChunk, rs.OutputLen(readChunk))+c.frame)
+		cleanLen := rs.OutputLen(pass)
+		if !m.cleanAfter { // cleaned at the capture rate, a pass at once, before resampling
+			cleanLen = pass
+			m.mono = make([]float32, pass)
+		}
+		m.cleaned = make([]float32, 0, cleanLen+c.frame)
 		m.fedTo = -1
 	}
 	m.timer = time.NewTimer(time.Hour)
@@ -311,11 +325,16 @@ func (m *Microphone) ReadPatiently(ctx context.Context, p []float32) (int, error
 	return m.read(ctx, p[:min(len(p), m.PatientBlock())], true)
 }
 
-// PatientBlock is the most ReadPatiently returns at once: whole 10 ms frames (the echo
-// canceller's) within readChunk device frames, 500 ms at 48 kHz.
+// PatientBlock is the most ReadPatiently returns at once: a pass (readPass, whole 10 ms
+// frames of the echo canceller's).
 func (m *Microphone) PatientBlock() int {
 	frame := OutputRate / 100
-	return max(frame, readChunk*OutputRate/max(m.rate, 1)/frame*frame)
+	return max(frame, int(readPass.Seconds()*OutputRate)/frame*frame)
+}
+
+// passFrames is a pass in capture frames.
+func (m *Microphone) passFrames() int {
+	return max(1, int(readPass.Seconds()*float64(m.rate)))
 }
 
 func (m *Microphone) read(ctx context.Context, p []float32, patient bool) (int, error) {
@@ -438,23 +457,27 @@ func (m *Microphone) endRefWait(now time.Time) {
 const refPatience = 500 * time.Millisecond
 
 // fill converts what the ring holds and returns how many samples it put in p. It takes all
-// the ring holds (a device buffer, up to readChunk frames) at once, so that the echo canceller
-// runs once per device buffer; what p has no room for waits in carry. Called with readMu held.
+// the ring holds (a device buffer, or a patient read's block), up to a pass, at once, so that
+// the echo canceller runs once per device buffer or block; what p has no room for waits in
+// carry. Called with readMu held.
 func (m *Microphone) fill(p []float32) int {
 	n := copy(p, m.carry)
 	m.carry = m.carry[n:]
 	for n < len(p) {
-		got, start, timing := m.ring.readFrom(m.mono)
-		mono := m.mono[:got]
 		var ready []float32
+		var got int
 		switch {
 		case m.clean == nil:
-			ready = m.rs.Process(m.out[:0], mono)
+			got, _, _ = m.ring.readFrom(m.mono)
+			ready = m.rs.Process(m.out[:0], m.mono[:got])
 			m.out = ready
 		case m.cleanAfter:
-			ready = m.resampleThenClean(mono, start, timing)
+			ready, got = m.resampleThenClean()
 		default:
-			m.cleaned = m.clean.process(m.cleaned[:0], mono, start, timing)
+			var start int64
+			var timing streamTiming
+			got, start, timing = m.ring.readFrom(m.mono)
+			m.cleaned = m.clean.process(m.cleaned[:0], m.mono[:got], start, timing)
 			m.out = m.rs.Process(m.out[:0], m.cleaned)
 			ready = m.out
 		}
@@ -462,7 +485,7 @@ func (m *Microphone) fill(p []float32) int {
 			m.endRefWait(time.Time{})
 		}
 		if len(ready) == 0 {
-			if len(mono) == 0 {
+			if got == 0 {
 				break
 			}
 			continue // the resampler's delay or the speaker's record holds it back: look again
@@ -474,26 +497,49 @@ func (m *Microphone) fill(p []float32) int {
 	return n
 }
 
-// resampleThenClean resamples mono (capture index start on) and cleans the result at
-// OutputRate, giving the cleaner the resampled stream's sample indexes and timing. A gap in the
-// capture (the reader fell a ring behind) ends the resampled stream there and starts another.
-func (m *Microphone) resampleThenClean(mono []float32, start int64, timing streamTiming) []float32 {
+// resampleThenClean takes up to a pass from the ring, a piece at a time, resamples it and
+// cleans the result at OutputRate in one call, giving the cleaner the resampled stream's
+// sample indexes and timing; got is how many capture frames it took. A gap in the capture (the
+// reader fell a ring behind) ends the resampled stream there and starts another. The cleaner
+// is called even when nothing came: frames it held for the speaker's record may be ready.
+func (m *Microphone) resampleThenClean() (ready []float32, got int) {
 	ratio := float64(OutputRate) / float64(m.rate)
 	m.cleaned = m.cleaned[:0]
-	if len(mono) > 0 && start != m.fedTo {
-		if m.fedTo >= 0 {
-			m.out = m.rs.Flush(m.out[:0])
-			m.cleaned = m.clean.process(m.cleaned, m.out, m.outFrom+m.outGiven, m.cleanTiming(timing, ratio))
+	m.out = m.out[:0]
+	var timing streamTiming
+	for len(m.out)+m.rs.OutputLen(len(m.mono)) <= cap(m.out) {
+		n, start, t := m.ring.readFrom(m.mono)
+		timing = t
+		if n == 0 {
+			break
 		}
-		m.fedTo, m.outGiven = start, 0
-		m.outFrom = int64(math.Round(float64(start) * ratio))
-		m.outShift = float64(m.outFrom) - float64(start)*ratio
+		got += n
+		if start != m.fedTo {
+			m.cleanOut(timing, ratio) // the old stream's, up to the gap
+			if m.fedTo >= 0 {
+				m.out = m.rs.Flush(m.out)
+				m.cleanOut(timing, ratio)
+			}
+			m.fedTo, m.outGiven = start, 0
+			m.outFrom = int64(math.Round(float64(start) * ratio))
+			m.outShift = float64(m.outFrom) - float64(start)*ratio
+		}
+		m.out = m.rs.Process(m.out, m.mono[:n])
+		m.fedTo += int64(n)
 	}
-	m.out = m.rs.Process(m.out[:0], mono)
-	m.fedTo += int64(len(mono))
 	m.cleaned = m.clean.process(m.cleaned, m.out, m.outFrom+m.outGiven, m.cleanTiming(timing, ratio))
 	m.outGiven += int64(len(m.out))
-	return m.cleaned
+	return m.cleaned, got
+}
+
+// cleanOut cleans what out holds of the current resampled stream and empties it.
+func (m *Microphone) cleanOut(timing streamTiming, ratio float64) {
+	if len(m.out) == 0 {
+		return
+	}
+	m.cleaned = m.clean.process(m.cleaned, m.out, m.outFrom+m.outGiven, m.cleanTiming(timing, ratio))
+	m.outGiven += int64(len(m.out))
+	m.out = m.out[:0]
 }
 
 // cleanTiming is the capture's timing in the resampled stream's samples (see Resampler: output

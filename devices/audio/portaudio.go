@@ -412,12 +412,12 @@ func halfLatencyFrames(configured int, latency time.Duration, rate int) int {
 
 // inputRingFrames is the room of an input bridge's ring: how far the pump may fall behind the
 // device. The pump takes every buffer as it comes (a loaded board can hold a goroutine back for
-// a while; the microphone's own ring behind it holds a second more): three quarters of a
-// second, a patient microphone's block and two 100 ms buffers (the callback lets a block gather
-// only while two more buffers fit), or four device buffers if longer: 144 KB at 48 kHz,
-// whatever the device's channels (the callback keeps one sample a frame).
+// a while; the microphone's own ring behind it holds a second more): a second and a quarter, a
+// patient microphone's block (a second, readPass) and two 100 ms buffers (the callback lets a
+// block gather only while two more buffers fit), or four device buffers if longer: 240 KB at
+// 48 kHz, whatever the device's channels (the callback keeps one sample a frame).
 func inputRingFrames(rate, framesPerBuffer int) int {
-	return max(rate*3/4, 4*framesPerBuffer)
+	return max(rate*5/4, 4*framesPerBuffer)
 }
 
 // outputRingFrames is the room of an output bridge's ring. The pump keeps the larger of
