@@ -515,7 +515,9 @@ func (m *Microphone) resampleThenClean() (ready []float32, got int) {
 		}
 		got += n
 		if start != m.fedTo {
-			m.cleanOut(timing, ratio) // the old stream's, up to the gap
+			if len(m.out) > 0 {
+				m.cleanOut(timing, ratio) // what the old stream resampled in this pass, up to the gap
+			}
 			if m.fedTo >= 0 {
 				m.out = m.rs.Flush(m.out)
 				m.cleanOut(timing, ratio)
@@ -527,16 +529,13 @@ func (m *Microphone) resampleThenClean() (ready []float32, got int) {
 		m.out = m.rs.Process(m.out, m.mono[:n])
 		m.fedTo += int64(n)
 	}
-	m.cleaned = m.clean.process(m.cleaned, m.out, m.outFrom+m.outGiven, m.cleanTiming(timing, ratio))
-	m.outGiven += int64(len(m.out))
+	m.cleanOut(timing, ratio)
 	return m.cleaned, got
 }
 
-// cleanOut cleans what out holds of the current resampled stream and empties it.
+// cleanOut cleans what out holds of the current resampled stream (if anything: frames the
+// cleaner held for the speaker's record may be ready all the same) and empties it.
 func (m *Microphone) cleanOut(timing streamTiming, ratio float64) {
-	if len(m.out) == 0 {
-		return
-	}
 	m.cleaned = m.clean.process(m.cleaned, m.out, m.outFrom+m.outGiven, m.cleanTiming(timing, ratio))
 	m.outGiven += int64(len(m.out))
 	m.out = m.out[:0]
