@@ -275,7 +275,7 @@ func (m *Microphone) initReader() error {
 	// and a few buffers (inputRingFrames), which the ring must hold beside nothing else.
 	m.ring = newRing(max(int(buf.Seconds()*float64(m.rate)), inputRingFrames(m.rate, 0)), m.channels, m.cfg.Channel, m.gain)
 	m.out = make([]float32, 0, rs.OutputLen(pass))
-	m.mono = make([]float32, max(1, int(readPiece.Seconds()*float64(m.rate))))
+	monoLen := max(1, int(readPiece.Seconds()*float64(m.rate)))
 	if m.cfg.Clean.active() {
 		m.cleanAfter = m.rate > OutputRate
 		c, err := newCleaner(m.cfg.Clean, min(m.rate, OutputRate), m.link.log)
@@ -285,12 +285,12 @@ func (m *Microphone) initReader() error {
 		m.clean = c
 		cleanLen := rs.OutputLen(pass)
 		if !m.cleanAfter { // cleaned at the capture rate, a pass at once, before resampling
-			cleanLen = pass
-			m.mono = make([]float32, pass)
+			cleanLen, monoLen = pass, pass
 		}
 		m.cleaned = make([]float32, 0, cleanLen+c.frame)
 		m.fedTo = -1
 	}
+	m.mono = make([]float32, monoLen)
 	m.timer = time.NewTimer(time.Hour)
 	m.timer.Stop()
 	return nil
