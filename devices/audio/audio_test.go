@@ -258,6 +258,19 @@ func TestRing(t *testing.T) {
 	}
 }
 
+// write appends whole frames of interleaved samples, as a device delivers them, mixed down in
+// Go: the reference the bridge's mixdown is held to (writeMixed), and how the reader-side
+// tests feed a microphone's ring.
+func (r *ring) write(in []float32) {
+	in = in[:len(in)-len(in)%r.channels]
+	mono, err := pipeline.Float32ToMono(r.mixed, in, r.channels, r.channel, r.gain)
+	if err != nil {
+		panic(err)
+	}
+	r.mixed = mono
+	r.append(mono)
+}
+
 // newTestMic makes a Microphone with no device, for the reader-side tests and benchmarks.
 func newTestMic(t testing.TB, rate, channels, channel int, gainDB float64) *Microphone {
 	m := &Microphone{cfg: MicConfig{Channel: channel, GainDB: gainDB}, rate: rate, channels: channels,

@@ -649,22 +649,11 @@ func newRing(frames, channels, channel int, gain float32) *ring {
 		channels: max(channels, 1), channel: channel, gain: gain}
 }
 
-// write appends whole frames of interleaved samples (the callback's buffer), mixed down. One
-// goroutine writes; it does not allocate once its buffer has grown to the device's buffer, and
-// holds the lock for the copy only.
-func (r *ring) write(in []float32) {
-	in = in[:len(in)-len(in)%r.channels]
-	mono, err := pipeline.Float32ToMono(r.mixed, in, r.channels, r.channel, r.gain)
-	if err != nil { // cannot happen: the settings were checked against the device
-		return
-	}
-	r.mixed = mono
-	r.append(mono)
-}
-
 // writeMixed appends what the stream's bridge made of the device's frames, one sample each
 // (their sum, or the channel kept: bridge.c): with the gain, and the sum divided by the
-// channels, they are the samples write makes of the same frames, to the bit.
+// channels, they are the samples pipeline.Float32ToMono makes of the same frames, to the bit
+// (TestInputBridgeMixesAsTheReader). One goroutine writes; it does not allocate once its
+// buffer has grown to the device's buffer, and holds the lock for the copy only.
 func (r *ring) writeMixed(in []float32) {
 	g := r.gain
 	if r.channel == Mixdown && r.channels > 1 {
